@@ -1,0 +1,124 @@
+//! The per-request context every plugin phase receives.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderMap, Method};
+
+use crate::headers::GwHeaders;
+use crate::llm::LlmRequest;
+use crate::target::RoutePlan;
+
+/// Which of the gateway's routes a request took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Route {
+    /// `POST /v1/chat/completions`
+    ChatCompletions,
+    /// `POST /v1/embeddings`
+    Embeddings,
+    /// `POST /v1/moderations`
+    Moderations,
+    /// `GET /v1/fine_tuning/jobs`
+    FineTuningJobs,
+    /// Any other `/v1/...` path, proxied untouched to the selected provider.
+    Passthrough,
+}
+
+impl Route {
+    /// A short stable name for logs and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Route::ChatCompletions => "chat.completions",
+            Route::Embeddings => "embeddings",
+            Route::Moderations => "moderations",
+            Route::FineTuningJobs => "fine_tuning.jobs",
+            Route::Passthrough => "passthrough",
+        }
+    }
+}
+
+/// Token usage as reported by the provider.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+impl Usage {
+    pub fn total(&self) -> u64 {
+        self.prompt_tokens + self.completion_tokens
+    }
+}
+
+/// What happened to the request, filled in as it goes; read by `on_log`.
+#[derive(Debug, Clone, Default)]
+pub struct ResponseInfo {
+    /// The status answered to the client.
+    pub status: Option<u16>,
+    /// The provider id of the target that answered (or was last tried).
+    pub provider: Option<String>,
+    /// The model the provider reported, else the one requested.
+    pub model: Option<String>,
+    pub usage: Option<Usage>,
+    /// Time from sending the upstream request to its response header.
+    pub upstream_latency: Option<Duration>,
+    /// Whether the answer was relayed as a server-sent event stream.
+    pub streamed: bool,
+    /// The error message, when the request failed.
+    pub error: Option<String>,
+    /// `x-gw-cache-status` value, when a cache plugin ran.
+    pub cache_status: Option<&'static str>,
+    /// Upstream attempts beyond the first.
+    pub retries: u32,
+}
+
+/// Everything the gateway knows about one request. Created when the request arrives; passed to
+/// every plugin phase; dropped after `on_log`.
+#[derive(Debug)]
+pub struct RequestCx {
+    /// `x-gw-trace-id` from the client, else a generated one; echoed on the response.
+    pub trace_id: String,
+    pub route: Route,
+    pub method: Method,
+    /// The request path as received, without the query.
+    pub path: String,
+    pub query: Option<String>,
+    /// The client's request headers.
+    pub headers: HeaderMap,
+    pub gw: GwHeaders,
+    /// The raw request body (empty for passthrough requests, whose body is streamed).
+    pub body: Bytes,
+    /// The decoded body of an LLM route.
+    pub request: LlmRequest,
+    /// Set by provider selection; consumed by the router.
+    pub plan: Option<RoutePlan>,
+    pub started: Instant,
+    pub response: ResponseInfo,
+    /// Values plugins hand to later plugins (the authenticated key, a cache key...).
+    pub extensions: http::Extensions,
+}
+
+impl RequestCx {
+    pub fn new(trace_id: String, route: Route, method: Method, path: String) -> Self {
+        RequestCx {
+            trace_id,
+            route,
+            method,
+            path,
+            query: None,
+            headers: HeaderMap::new(),
+            gw: GwHeaders::default(),
+            body: Bytes::new(),
+            request: LlmRequest::None,
+            plan: None,
+            started: Instant::now(),
+            response: ResponseInfo::default(),
+            extensions: http::Extensions::new(),
+        }
+    }
+
+    /// The model the client asked for, if its body names one.
+    pub fn requested_model(&self) -> Option<&str> {
+        self.request.model()
+    }
+}

@@ -1,0 +1,32 @@
+//! What a gateway plugin author sees.
+//!
+//! A plugin is a value implementing [`Plugin`]; the gateway runs the plugins of its pipeline in
+//! the order the YAML lists them, one phase at a time (see [`Plugin`] for the phases and when each
+//! runs). A built-in plugin describes itself with a [`PluginFactory`] and registers with
+//! [`register_plugin!`], which is how `gateway plugins list` and the YAML loader find it.
+//!
+//! The context a plugin reads and writes is [`RequestCx`]; errors that end a request are
+//! [`GatewayError`], mapped to an HTTP status and JSON body in exactly one place
+//! ([`GatewayError::status`] and [`GatewayError::body`]).
+
+pub mod context;
+pub mod error;
+pub mod flow;
+pub mod headers;
+pub mod llm;
+pub mod plugin;
+pub mod registry;
+pub mod store;
+pub mod target;
+
+pub use context::{RequestCx, ResponseInfo, Route, Usage};
+pub use error::{ErrorKind, GatewayError, ProviderFailure};
+pub use flow::{Flow, PluginResponse};
+pub use plugin::{Chunk, Plugin};
+pub use registry::{BuildCx, ConfigIssue, PluginDescriptor, PluginFactory};
+pub use store::{ProviderRecord, ProviderStore};
+pub use target::{RoutePlan, Target};
+
+// Re-exported so that `register_plugin!` works in crates that do not depend on inventory.
+#[doc(hidden)]
+pub use inventory;

@@ -1,0 +1,131 @@
+//! `POST /v1/embeddings` request body.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::GatewayError;
+
+/// The most inputs one embeddings request may carry.
+pub const MAX_INPUTS: usize = 2048;
+
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct EmbeddingsRequest {
+    pub input: EmbeddingInput,
+    #[serde(default)]
+    pub model: Option<String>,
+    /// `float` (default) or `base64`.
+    #[serde(default)]
+    pub encoding_format: Option<String>,
+    #[serde(default)]
+    pub dimensions: Option<i64>,
+    #[serde(default)]
+    pub user: Option<String>,
+}
+
+/// A string, a list of strings, a token array, or a list of token arrays.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(untagged)]
+pub enum EmbeddingInput {
+    Text(String),
+    Texts(Vec<String>),
+    Tokens(Vec<i64>),
+    TokenBatches(Vec<Vec<i64>>),
+}
+
+impl EmbeddingInput {
+    /// How many embeddings the input asks for.
+    pub fn len(&self) -> usize {
+        match self {
+            EmbeddingInput::Text(_) | EmbeddingInput::Tokens(_) => 1,
+            EmbeddingInput::Texts(v) => v.len(),
+            EmbeddingInput::TokenBatches(v) => v.len(),
+        }
+    }
+
+    /// True when there is nothing to embed (an empty string, list or token array).
+    pub fn is_empty(&self) -> bool {
+        match self {
+            EmbeddingInput::Text(t) => t.is_empty(),
+            EmbeddingInput::Texts(v) => v.is_empty() || v.iter().any(String::is_empty),
+            EmbeddingInput::Tokens(v) => v.is_empty(),
+            EmbeddingInput::TokenBatches(v) => v.is_empty() || v.iter().any(Vec::is_empty),
+        }
+    }
+}
+
+impl EmbeddingsRequest {
+    /// Checks the spec's limits: input not empty and at most 2048 items; dimensions >= 1.
+    pub fn validate(&self) -> Result<(), GatewayError> {
+        if self.input.is_empty() {
+            return Err(GatewayError::invalid_param(
+                "input",
+                "input must not be empty",
+            ));
+        }
+        if self.input.len() > MAX_INPUTS {
+            return Err(GatewayError::invalid_param(
+                "input",
+                format!(
+                    "input holds at most {MAX_INPUTS} items, got {}",
+                    self.input.len()
+                ),
+            ));
+        }
+        if let Some(d) = self.dimensions {
+            if d < 1 {
+                return Err(GatewayError::invalid_param(
+                    "dimensions",
+                    format!("dimensions must be at least 1, got {d}"),
+                ));
+            }
+        }
+        if let Some(f) = &self.encoding_format {
+            if f != "float" && f != "base64" {
+                return Err(GatewayError::invalid_param(
+                    "encoding_format",
+                    format!("encoding_format must be float or base64, got {f:?}"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::context::Route;
+    use crate::llm::LlmRequest;
+    use serde_json::{json, Value};
+
+    fn param_of(body: Value) -> Option<String> {
+        LlmRequest::decode(Route::Embeddings, body.to_string().as_bytes())
+            .err()
+            .map(|e| e.param.unwrap_or_default())
+    }
+
+    #[test]
+    fn embedding_limits() {
+        assert_eq!(param_of(json!({"input": "hello", "model": "m"})), None);
+        assert_eq!(param_of(json!({"input": ["a", "b"]})), None);
+        assert_eq!(param_of(json!({"input": [1, 2, 3]})), None);
+        assert_eq!(param_of(json!({"input": [[1, 2], [3]]})), None);
+        assert_eq!(param_of(json!({"input": ""})).as_deref(), Some("input"));
+        assert_eq!(param_of(json!({"input": []})).as_deref(), Some("input"));
+        assert_eq!(
+            param_of(json!({"input": ["a", ""]})).as_deref(),
+            Some("input")
+        );
+        let many: Vec<String> = (0..2049).map(|i| i.to_string()).collect();
+        assert_eq!(param_of(json!({"input": many})).as_deref(), Some("input"));
+        let max: Vec<String> = (0..2048).map(|i| i.to_string()).collect();
+        assert_eq!(param_of(json!({"input": max})), None);
+        assert_eq!(
+            param_of(json!({"input": "x", "dimensions": 0})).as_deref(),
+            Some("dimensions")
+        );
+        assert_eq!(
+            param_of(json!({"input": "x", "encoding_format": "int8"})).as_deref(),
+            Some("encoding_format")
+        );
+        assert_eq!(param_of(json!({"model": "m"})).as_deref(), Some("input"));
+    }
+}

@@ -1,0 +1,110 @@
+//! The plugin trait and its phases.
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use http::{HeaderMap, Method, StatusCode};
+
+use crate::context::RequestCx;
+use crate::error::GatewayError;
+use crate::flow::Flow;
+use crate::target::Target;
+
+/// The request about to be sent upstream, already encoded in the target's wire format.
+#[derive(Debug, Clone)]
+pub struct UpstreamRequest {
+    pub method: Method,
+    /// Absolute URL.
+    pub url: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+/// A complete (not streamed) response in the client's wire format, before it is written.
+#[derive(Debug, Clone)]
+pub struct ResponseParts {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+/// One piece of a streamed response in the client's wire format: always whole server-sent events
+/// (an event split across network reads is held back until it is complete).
+#[derive(Debug, Clone)]
+pub struct Chunk {
+    pub data: Bytes,
+}
+
+/// A step of the gateway's request pipeline.
+///
+/// The gateway calls the phases in this order for each request on an LLM route:
+///
+/// 1. [`on_request`](Plugin::on_request) — once, in pipeline order, after the body has been read,
+///    decoded and validated. Authentication, provider selection, limits, cache lookups and input
+///    guardrails live here.
+/// 2. [`on_route`](Plugin::on_route) — in pipeline order, once per upstream attempt, after the
+///    router chose a target and before the body is encoded for it.
+/// 3. [`on_upstream_request`](Plugin::on_upstream_request) — in pipeline order, once per attempt,
+///    with the encoded request just before it is sent.
+/// 4. [`on_response`](Plugin::on_response) — in reverse pipeline order, once, with the complete
+///    response in the client's format, before it is written (not called for streams).
+/// 5. [`on_chunk`](Plugin::on_chunk) — in reverse pipeline order, for each piece of a streamed
+///    response before it is written. Synchronous: it runs inside the body filter.
+/// 6. [`on_log`](Plugin::on_log) — in reverse pipeline order, always, once the response is done
+///    or the request failed, even if an earlier phase answered. Must not block.
+///
+/// Passthrough requests (any other provider path) run `on_request` (with an empty body) and
+/// `on_log` only: their bodies stream through untouched.
+///
+/// Every phase has a default that does nothing and continues, so a plugin implements only the
+/// phases it needs. A phase that returns `Flow::Respond` answers the client and skips the
+/// remaining plugins of that phase and every later phase except `on_log`; one that returns an
+/// error answers with the error's status and body.
+#[async_trait]
+pub trait Plugin: Send + Sync + 'static {
+    /// The kind this plugin was built from, as written in the YAML (`request_log`...).
+    fn kind(&self) -> &'static str;
+
+    /// Runs once per request, in pipeline order, before anything is sent upstream.
+    /// Default: continue.
+    async fn on_request(&self, _cx: &mut RequestCx) -> Result<Flow, GatewayError> {
+        Ok(Flow::Continue)
+    }
+
+    /// Runs for each upstream attempt after the target is chosen, before encoding.
+    /// Default: continue.
+    async fn on_route(
+        &self,
+        _cx: &mut RequestCx,
+        _target: &mut Target,
+    ) -> Result<Flow, GatewayError> {
+        Ok(Flow::Continue)
+    }
+
+    /// Runs for each upstream attempt with the encoded request, just before it is sent.
+    /// Default: continue.
+    async fn on_upstream_request(
+        &self,
+        _cx: &mut RequestCx,
+        _request: &mut UpstreamRequest,
+    ) -> Result<Flow, GatewayError> {
+        Ok(Flow::Continue)
+    }
+
+    /// Runs once with a complete response, in reverse pipeline order. Default: continue.
+    async fn on_response(
+        &self,
+        _cx: &mut RequestCx,
+        _response: &mut ResponseParts,
+    ) -> Result<Flow, GatewayError> {
+        Ok(Flow::Continue)
+    }
+
+    /// Runs for each piece of a stream, in reverse pipeline order. `Flow::Respond` ends the
+    /// stream with the response body as a final event. Default: continue.
+    fn on_chunk(&self, _cx: &mut RequestCx, _chunk: &mut Chunk) -> Result<Flow, GatewayError> {
+        Ok(Flow::Continue)
+    }
+
+    /// Runs last for every request, in reverse pipeline order. Default: nothing.
+    fn on_log(&self, _cx: &RequestCx) {}
+}

@@ -1,0 +1,58 @@
+//! Stores a plugin may read. The embedded default is backed by the YAML file; the control plane
+//! backs the same traits with its database snapshots. Lookups are synchronous and in memory:
+//! nothing on the request path waits on a database.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+/// A saved provider, addressed in requests as `x-gw-provider: @slug` or, the legacy way, as
+/// `x-gw-virtual-key: slug`.
+#[derive(Clone)]
+pub struct ProviderRecord {
+    pub slug: String,
+    /// Provider id from the provider table.
+    pub provider: String,
+    pub api_key: Option<String>,
+    pub custom_host: Option<String>,
+    /// Provider-specific settings (Azure resource name, AWS region...).
+    pub settings: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for ProviderRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderRecord")
+            .field("slug", &self.slug)
+            .field("provider", &self.provider)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("custom_host", &self.custom_host)
+            .finish()
+    }
+}
+
+/// Saved providers by slug.
+pub trait ProviderStore: Send + Sync {
+    fn provider(&self, slug: &str) -> Option<Arc<ProviderRecord>>;
+}
+
+/// Saved routing configs by id or slug.
+pub trait ConfigStore: Send + Sync {
+    fn config(&self, id_or_slug: &str) -> Option<Arc<Value>>;
+}
+
+/// A store with nothing in it.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct EmptyStore;
+
+impl ProviderStore for EmptyStore {
+    fn provider(&self, _slug: &str) -> Option<Arc<ProviderRecord>> {
+        None
+    }
+}
+
+impl ConfigStore for EmptyStore {
+    fn config(&self, _id_or_slug: &str) -> Option<Arc<Value>> {
+        None
+    }
+}

@@ -1,0 +1,45 @@
+//! Where a request should go, as decided by provider selection.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+/// One upstream choice: a provider (by id, from the gateway's provider table) with the
+/// credentials and overrides to use.
+#[derive(Clone, Default)]
+pub struct Target {
+    /// Provider id from the provider table (`openai`, `groq`, `anthropic`...).
+    pub provider: String,
+    /// The provider credential. Never logged: `Debug` redacts it.
+    pub api_key: Option<String>,
+    /// A base URL that replaces the provider's default one.
+    pub custom_host: Option<String>,
+    /// The slug of the saved provider this target came from (`@slug` / virtual key).
+    pub slug: Option<String>,
+    /// Body fields to set on the request (`model`, `temperature`...), the target's value winning.
+    pub override_params: Map<String, Value>,
+    /// Provider-specific settings (Azure resource, AWS region...), by name.
+    pub settings: Vec<(String, String)>,
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Target")
+            .field("provider", &self.provider)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("custom_host", &self.custom_host)
+            .field("slug", &self.slug)
+            .field("override_params", &self.override_params)
+            .finish()
+    }
+}
+
+/// The routing decision handed from provider selection to the router.
+#[derive(Debug, Clone)]
+pub enum RoutePlan {
+    /// Headers named one provider (ways 1, 2 and 4 of provider selection).
+    Single(Target),
+    /// A routing config object (way 3): inline JSON or a saved config, validated by the router.
+    Config(Arc<Value>),
+}
