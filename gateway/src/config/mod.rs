@@ -1,0 +1,467 @@
+//! The gateway's YAML file: raw serde types ([`raw`]) validated into [`GatewayConfig`] (never the
+//! reverse). Layering: built-in defaults, then the file (with `${VAR}` / `${VAR:-default}`
+//! expanded from the environment), then command-line flags and `GW_*` environment variables
+//! ([`Overrides`]), then validation, which reports every problem with its YAML path.
+
+mod env;
+pub mod raw;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use plugin_sdk::{ConfigIssue, PluginDescriptor, ProviderRecord};
+
+use crate::providers::table;
+use crate::upstream::{Endpoint, UpstreamTimeouts};
+
+/// The default request body limit: 32 MiB, room for long contexts and inline images.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+
+/// A validated gateway configuration.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    pub listen: SocketAddr,
+    /// Worker threads of the proxy service.
+    pub threads: usize,
+    pub max_body_bytes: usize,
+    pub upstream: UpstreamTimeouts,
+    /// How long shutdown waits for in-flight requests and streams.
+    pub drain_timeout: Duration,
+    pub database_url: String,
+    pub redis_url: Option<String>,
+    pub log: String,
+    pub providers: Vec<ProviderRecord>,
+    /// Default base URLs replaced per provider id.
+    pub provider_base_urls: BTreeMap<String, Endpoint>,
+    /// Saved routing configs by id.
+    pub configs: BTreeMap<String, Value>,
+    pub pipeline: Vec<PipelineEntry>,
+}
+
+/// One validated pipeline entry.
+#[derive(Clone)]
+pub struct PipelineEntry {
+    pub kind: String,
+    /// The entry without its `kind`.
+    pub config: Value,
+    pub descriptor: &'static PluginDescriptor,
+}
+
+impl fmt::Debug for PipelineEntry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PipelineEntry")
+            .field("kind", &self.kind)
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+/// Settings from the command line and `GW_*` variables, which win over the file.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub listen: Option<String>,
+    pub database_url: Option<String>,
+    pub redis_url: Option<String>,
+    pub log: Option<String>,
+}
+
+/// Every problem found in a config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigErrors(pub Vec<ConfigIssue>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, issue) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            if issue.path.is_empty() {
+                write!(f, "{}", issue.message)?;
+            } else {
+                write!(f, "{}: {}", issue.path, issue.message)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+impl GatewayConfig {
+    /// Reads, expands and validates a config file.
+    pub fn load(path: &Path, overrides: &Overrides) -> Result<GatewayConfig, ConfigErrors> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigErrors(vec![ConfigIssue::new(
+                "",
+                format!("cannot read {}: {e}", path.display()),
+            )])
+        })?;
+        Self::from_yaml(&text, overrides)
+    }
+
+    /// Parses, expands and validates YAML text.
+    pub fn from_yaml(text: &str, overrides: &Overrides) -> Result<GatewayConfig, ConfigErrors> {
+        let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(text)
+            .map_err(|e| ConfigErrors(vec![ConfigIssue::new("", format!("invalid YAML: {e}"))]))?;
+        let mut json = serde_json::to_value(yaml).map_err(|e| {
+            ConfigErrors(vec![ConfigIssue::new("", format!("unsupported YAML: {e}"))])
+        })?;
+        if json.is_null() {
+            json = Value::Object(Default::default());
+        }
+        let mut issues = Vec::new();
+        env::expand(&mut json, "", &mut issues);
+        if !issues.is_empty() {
+            return Err(ConfigErrors(issues));
+        }
+        validate(json, overrides)
+    }
+}
+
+fn validate(json: Value, overrides: &Overrides) -> Result<GatewayConfig, ConfigErrors> {
+    let raw: raw::RawGatewayConfig = serde_path_to_error::deserialize(json).map_err(|e| {
+        let path = e.path().to_string();
+        ConfigErrors(vec![ConfigIssue::new(
+            if path == "." { String::new() } else { path },
+            e.into_inner().to_string(),
+        )])
+    })?;
+    let mut issues = Vec::new();
+
+    let listen_text = overrides.listen.clone().unwrap_or(raw.listen);
+    let listen = match listen_text.parse::<SocketAddr>() {
+        Ok(addr) => addr,
+        Err(_) => {
+            issues.push(ConfigIssue::new(
+                "listen",
+                format!("{listen_text:?} is not an address like 127.0.0.1:8787"),
+            ));
+            SocketAddr::from(([127, 0, 0, 1], 0))
+        }
+    };
+    let threads = match raw.threads {
+        Some(0) => {
+            issues.push(ConfigIssue::new("threads", "must be at least 1"));
+            1
+        }
+        Some(n) => n,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    let max_body_bytes = match raw.max_body_bytes {
+        Some(0) => {
+            issues.push(ConfigIssue::new("max_body_bytes", "must be at least 1"));
+            0
+        }
+        Some(n) => n,
+        None => DEFAULT_MAX_BODY_BYTES,
+    };
+    let defaults = UpstreamTimeouts::default();
+    let mut ms = |path: &str, value: Option<u64>, default: Duration| match value {
+        Some(0) => {
+            issues.push(ConfigIssue::new(path, "must be at least 1 millisecond"));
+            default
+        }
+        Some(v) => Duration::from_millis(v),
+        None => default,
+    };
+    let upstream = UpstreamTimeouts {
+        connect: ms(
+            "upstream.connect_timeout_ms",
+            raw.upstream.connect_timeout_ms,
+            defaults.connect,
+        ),
+        read: ms(
+            "upstream.read_timeout_ms",
+            raw.upstream.read_timeout_ms,
+            defaults.read,
+        ),
+        write: ms(
+            "upstream.write_timeout_ms",
+            raw.upstream.write_timeout_ms,
+            defaults.write,
+        ),
+        idle: ms(
+            "upstream.idle_timeout_ms",
+            raw.upstream.idle_timeout_ms,
+            defaults.idle,
+        ),
+    };
+
+    let mut providers: Vec<ProviderRecord> = Vec::new();
+    for (i, p) in raw.providers.into_iter().enumerate() {
+        let path = format!("providers[{i}]");
+        match serde_path_to_error::deserialize::<_, raw::RawProvider>(p) {
+            Err(e) => issues.push(ConfigIssue::new(
+                join_path(&path, &e.path().to_string()),
+                e.into_inner().to_string(),
+            )),
+            Ok(p) => {
+                if p.slug.is_empty() || p.slug.starts_with('@') {
+                    issues.push(ConfigIssue::new(
+                        format!("{path}.slug"),
+                        "must be a non-empty name without a leading @",
+                    ));
+                }
+                if providers.iter().any(|q| q.slug == p.slug) {
+                    issues.push(ConfigIssue::new(
+                        format!("{path}.slug"),
+                        format!("{:?} is declared twice", p.slug),
+                    ));
+                }
+                if table::find(&p.provider).is_none() {
+                    issues.push(ConfigIssue::new(
+                        format!("{path}.provider"),
+                        format!(
+                            "unknown provider {:?}; known providers: {}",
+                            p.provider,
+                            table::known_ids()
+                        ),
+                    ));
+                }
+                let custom_host = p.custom_host.filter(|h| !h.is_empty());
+                if let Some(host) = &custom_host {
+                    if let Err(e) = Endpoint::parse(host) {
+                        issues.push(ConfigIssue::new(format!("{path}.custom_host"), e));
+                    }
+                }
+                providers.push(ProviderRecord {
+                    slug: p.slug,
+                    provider: p.provider,
+                    api_key: p.api_key.filter(|k| !k.is_empty()),
+                    custom_host,
+                    settings: p.settings,
+                });
+            }
+        }
+    }
+
+    let mut provider_base_urls = BTreeMap::new();
+    for (id, url) in raw.provider_base_urls {
+        let path = format!("provider_base_urls.{id}");
+        if table::find(&id).is_none() {
+            issues.push(ConfigIssue::new(
+                &path,
+                format!(
+                    "unknown provider {id:?}; known providers: {}",
+                    table::known_ids()
+                ),
+            ));
+        }
+        match Endpoint::parse(&url) {
+            Ok(ep) => {
+                provider_base_urls.insert(id, ep);
+            }
+            Err(e) => issues.push(ConfigIssue::new(path, e)),
+        }
+    }
+
+    let mut configs = BTreeMap::new();
+    for (i, c) in raw.configs.into_iter().enumerate() {
+        if c.id.is_empty() {
+            issues.push(ConfigIssue::new(
+                format!("configs[{i}].id"),
+                "must not be empty",
+            ));
+        } else if configs.insert(c.id.clone(), c.config).is_some() {
+            issues.push(ConfigIssue::new(
+                format!("configs[{i}].id"),
+                format!("{:?} is declared twice", c.id),
+            ));
+        }
+    }
+
+    let pipeline_values = raw.pipeline.unwrap_or_else(default_pipeline);
+    let mut pipeline = Vec::new();
+    for (i, entry) in pipeline_values.into_iter().enumerate() {
+        let path = format!("pipeline[{i}]");
+        match pipeline_entry(entry) {
+            Ok(e) => {
+                if let Err(plugin_issues) = e.descriptor.check(&e.config) {
+                    issues.extend(
+                        plugin_issues
+                            .into_iter()
+                            .map(|x| ConfigIssue::new(join_path(&path, &x.path), x.message)),
+                    );
+                }
+                pipeline.push(e);
+            }
+            Err(x) => issues.push(ConfigIssue::new(join_path(&path, &x.path), x.message)),
+        }
+    }
+
+    if !issues.is_empty() {
+        return Err(ConfigErrors(issues));
+    }
+    Ok(GatewayConfig {
+        listen,
+        threads,
+        max_body_bytes,
+        upstream,
+        drain_timeout: Duration::from_secs(raw.shutdown.drain_timeout_secs.unwrap_or(30)),
+        database_url: overrides
+            .database_url
+            .clone()
+            .or(raw.database_url)
+            .unwrap_or_else(|| "sqlite://gateway.db".to_owned()),
+        redis_url: overrides.redis_url.clone().or(raw.redis_url),
+        log: overrides
+            .log
+            .clone()
+            .or(raw.log)
+            .unwrap_or_else(|| "info".to_owned()),
+        providers,
+        provider_base_urls,
+        configs,
+        pipeline,
+    })
+}
+
+/// The pipeline used when the file has none.
+fn default_pipeline() -> Vec<Value> {
+    ["provider_select", "request_log", "metrics"]
+        .iter()
+        .map(|k| serde_json::json!({ "kind": k }))
+        .collect()
+}
+
+fn pipeline_entry(entry: Value) -> Result<PipelineEntry, ConfigIssue> {
+    let Value::Object(mut map) = entry else {
+        return Err(ConfigIssue::new(
+            "",
+            "a pipeline entry must be a mapping like {kind: request_log}",
+        ));
+    };
+    let kind = match map.remove("kind") {
+        Some(Value::String(kind)) => kind,
+        Some(_) => return Err(ConfigIssue::new("kind", "must be a string")),
+        None => {
+            return Err(ConfigIssue::new(
+                "kind",
+                format!("missing; {}", registered_kinds()),
+            ))
+        }
+    };
+    let descriptor = PluginDescriptor::find(&kind).ok_or_else(|| {
+        ConfigIssue::new(
+            "kind",
+            format!("unknown plugin kind {kind:?}; {}", registered_kinds()),
+        )
+    })?;
+    Ok(PipelineEntry {
+        kind,
+        config: Value::Object(map),
+        descriptor,
+    })
+}
+
+fn registered_kinds() -> String {
+    let kinds: Vec<_> = PluginDescriptor::all().iter().map(|d| d.kind).collect();
+    format!("registered kinds: {}", kinds.join(", "))
+}
+
+fn join_path(prefix: &str, rest: &str) -> String {
+    match rest {
+        "" | "." => prefix.to_owned(),
+        r if r.starts_with('[') => format!("{prefix}{r}"),
+        r => format!("{prefix}.{r}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(yaml: &str) -> Result<GatewayConfig, ConfigErrors> {
+        plugins::link();
+        GatewayConfig::from_yaml(yaml, &Overrides::default())
+    }
+
+    fn paths(yaml: &str) -> Vec<String> {
+        load(yaml)
+            .unwrap_err()
+            .0
+            .into_iter()
+            .map(|i| i.path)
+            .collect()
+    }
+
+    #[test]
+    fn an_empty_file_gets_the_defaults() {
+        let c = load("").unwrap();
+        assert_eq!(c.listen, "127.0.0.1:8787".parse().unwrap());
+        assert_eq!(c.max_body_bytes, DEFAULT_MAX_BODY_BYTES);
+        let kinds: Vec<_> = c.pipeline.iter().map(|p| p.kind.as_str()).collect();
+        assert_eq!(kinds, ["provider_select", "request_log", "metrics"]);
+    }
+
+    #[test]
+    fn every_error_is_reported_with_its_path() {
+        let yaml = r#"
+listen: "nowhere"
+providers:
+  - {slug: a, provider: openai}
+  - {slug: a, provider: not-a-provider, custom_host: "ftp://x"}
+  - {slug: b, provider: groq, colour: red}
+pipeline:
+  - kind: provider_select
+  - kind: no_such_plugin
+  - kind: request_log
+    level: loud
+  - kind: metrics
+    max_models: 0
+  - {}
+"#;
+        let found = paths(yaml);
+        for want in [
+            "listen",
+            "providers[1].slug",
+            "providers[1].provider",
+            "providers[1].custom_host",
+            "providers[2].colour",
+            "pipeline[1].kind",
+            "pipeline[2].level",
+            "pipeline[3].max_models",
+            "pipeline[4].kind",
+        ] {
+            assert!(found.iter().any(|p| p == want), "{want} not in {found:?}");
+        }
+        let errors = load(yaml).unwrap_err();
+        let text = errors.to_string();
+        assert!(
+            text.contains("registered kinds: metrics, provider_select, request_log"),
+            "{text}"
+        );
+        assert!(text.contains("colour"), "{text}");
+    }
+
+    #[test]
+    fn unknown_top_level_fields_and_bad_yaml_are_refused() {
+        assert_eq!(paths("listn: 1.2.3.4:5"), vec!["listn"]);
+        let err = load("listen: [unclosed").unwrap_err();
+        assert!(err.to_string().contains("invalid YAML"), "{err}");
+        assert_eq!(
+            paths("upstream: {connect_timeout_ms: 0}"),
+            vec!["upstream.connect_timeout_ms"]
+        );
+    }
+
+    #[test]
+    fn overrides_win_over_the_file() {
+        let c = GatewayConfig::from_yaml(
+            "listen: 127.0.0.1:1\nlog: warn",
+            &Overrides {
+                listen: Some("0.0.0.0:9".into()),
+                log: Some("debug".into()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(c.listen, "0.0.0.0:9".parse().unwrap());
+        assert_eq!(c.log, "debug");
+    }
+}

@@ -1,0 +1,464 @@
+//! LLM routes (chat completions, embeddings, moderations, fine-tuning job listing): the body is
+//! read once and decoded, the pipeline runs, the router picks the target, the request goes
+//! upstream, and the answer is relayed — whole, or as a stream event by event without waiting
+//! for its end.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, HeaderName, HeaderValue};
+use pingora::http::RequestHeader;
+use pingora::proxy::Session;
+
+use plugin_sdk::llm::LlmRequest;
+use plugin_sdk::plugin::{ResponseParts, UpstreamRequest};
+use plugin_sdk::{Chunk, ErrorKind, Flow, GatewayError, ProviderFailure, RequestCx, Route, Target};
+
+use crate::providers::openai;
+use crate::request;
+use crate::respond;
+use crate::routing::{self, ResolvedTarget};
+use crate::server::Gateway;
+use crate::sse::{self, EventSplitter};
+use crate::upstream::{Endpoint, Exchange};
+
+/// The largest non-streamed answer the gateway accepts from a provider.
+const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
+
+/// Headers that providers define and clients may send; forwarded as they are.
+const PROVIDER_HEADERS: &[&str] = &[
+    "openai-organization",
+    "openai-project",
+    "anthropic-version",
+    "anthropic-beta",
+];
+
+/// Handles one LLM request to the end; every failure becomes an error response.
+pub async fn handle(gw: &Gateway, session: &mut Session, cx: &mut RequestCx) {
+    if let Err(e) = run(gw, session, cx).await {
+        if session.response_written().is_none() {
+            respond::error(session, Some(cx), &e).await;
+        } else {
+            cx.response.error = Some(e.message);
+        }
+    }
+}
+
+async fn run(gw: &Gateway, session: &mut Session, cx: &mut RequestCx) -> Result<(), GatewayError> {
+    if cx.route == Route::FineTuningJobs {
+        request::check_fine_tuning_query(cx.query.as_deref())?;
+    } else {
+        cx.body = request::read_body(session, gw.config.max_body_bytes).await?;
+    }
+    cx.request = LlmRequest::decode(cx.route, &cx.body)?;
+
+    if let Flow::Respond(r) = gw.pipeline.on_request(cx).await? {
+        respond::plugin(session, cx, r).await;
+        return Ok(());
+    }
+    let plan = cx.plan.clone().ok_or_else(|| {
+        GatewayError::internal("no provider was selected: the pipeline needs provider_select")
+    })?;
+    let target = routing::plan_target(&plan)?;
+    attempt(gw, session, cx, target).await
+}
+
+/// What the upstream answered, ready to be relayed.
+enum Answer {
+    Whole(Exchange, Bytes),
+    Stream(Exchange),
+}
+
+async fn attempt(
+    gw: &Gateway,
+    session: &mut Session,
+    cx: &mut RequestCx,
+    mut target: Target,
+) -> Result<(), GatewayError> {
+    if let Flow::Respond(r) = gw.pipeline.on_route(cx, &mut target).await? {
+        respond::plugin(session, cx, r).await;
+        return Ok(());
+    }
+    let resolved = routing::resolve(target, &gw.config.provider_base_urls)?;
+    cx.response.provider = Some(resolved.spec.id.to_owned());
+
+    let mut upstream_request = encode(cx, &resolved)?;
+    if let Flow::Respond(r) = gw
+        .pipeline
+        .on_upstream_request(cx, &mut upstream_request)
+        .await?
+    {
+        respond::plugin(session, cx, r).await;
+        return Ok(());
+    }
+    let (endpoint, header) = pingora_request(&upstream_request, &resolved.endpoint)?;
+    let body = upstream_request.body;
+    let wants_stream = cx.request.is_stream();
+    let timeout_ms = cx.gw.request_timeout_ms;
+
+    let call = async {
+        let peer = gw.upstream.peer(&endpoint).await?;
+        let mut exchange = gw.upstream.send(peer, header, body).await?;
+        if wants_stream && is_event_stream(&exchange) {
+            return Ok(Answer::Stream(exchange));
+        }
+        let body = exchange.read_to_end(MAX_ANSWER_BYTES).await?;
+        Ok(Answer::Whole(exchange, body))
+    };
+    let bounded = async {
+        match timeout_ms {
+            Some(ms) => tokio::time::timeout(Duration::from_millis(ms), call)
+                .await
+                .unwrap_or_else(|_| Err(request_timeout(ms))),
+            None => call.await,
+        }
+    };
+    let answer = tokio::select! {
+        answer = bounded => answer?,
+        () = client_gone(session) => {
+            cx.response.error = Some("the client closed the connection".into());
+            return Ok(());
+        }
+    };
+
+    match answer {
+        Answer::Whole(exchange, body) => {
+            cx.response.upstream_latency = Some(exchange.latency);
+            let status = exchange.header().status;
+            let headers = relayable_headers(&exchange.header().headers);
+            gw.upstream.release(exchange).await;
+            if !status.is_success() {
+                return Err(provider_error(resolved.spec.id, status.as_u16(), &body));
+            }
+            let (model, usage) = openai::summarize_answer(&body);
+            cx.response.model = model;
+            cx.response.usage = usage;
+            let mut parts = ResponseParts {
+                status,
+                headers,
+                body,
+            };
+            if let Flow::Respond(r) = gw.pipeline.on_response(cx, &mut parts).await? {
+                respond::plugin(session, cx, r).await;
+                return Ok(());
+            }
+            write_whole(session, cx, parts).await;
+            Ok(())
+        }
+        Answer::Stream(exchange) => relay_stream(gw, session, cx, exchange).await,
+    }
+}
+
+/// The 408 of the reference gateway.
+fn request_timeout(ms: u64) -> GatewayError {
+    GatewayError::new(
+        ErrorKind::Timeout,
+        format!("Request exceeded the timeout sent in the request: {ms}ms"),
+    )
+}
+
+/// The request in the target's wire format (OpenAI: the client's bytes, unless overridden).
+fn encode(cx: &RequestCx, resolved: &ResolvedTarget) -> Result<UpstreamRequest, GatewayError> {
+    let body = openai::encode_body(&cx.body, &resolved.target.override_params)?;
+    let suffix = cx.path.strip_prefix("/v1").unwrap_or(&cx.path);
+    let ep = &resolved.endpoint;
+    let url = format!(
+        "{}://{}{}",
+        if ep.tls { "https" } else { "http" },
+        ep.authority(),
+        ep.path_and_query(suffix, cx.query.as_deref())
+    );
+    let mut headers = HeaderMap::with_capacity(8);
+    if !body.is_empty() {
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+    }
+    headers.insert(
+        http::header::ACCEPT,
+        HeaderValue::from_static(if cx.request.is_stream() {
+            "text/event-stream"
+        } else {
+            "application/json"
+        }),
+    );
+    if let Some((name, value)) = resolved.auth_header() {
+        let value = HeaderValue::from_str(&value).map_err(|_| {
+            GatewayError::invalid("the provider key contains characters a header cannot carry")
+        })?;
+        headers.insert(HeaderName::from_static(name), value);
+    }
+    for name in PROVIDER_HEADERS {
+        if let Some(v) = cx.headers.get(*name) {
+            headers.insert(HeaderName::from_static(name), v.clone());
+        }
+    }
+    for name in &cx.gw.forward_headers {
+        if let (Ok(name), Some(v)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            cx.headers.get(name),
+        ) {
+            headers.insert(name, v.clone());
+        }
+    }
+    Ok(UpstreamRequest {
+        method: cx.method.clone(),
+        url,
+        headers,
+        body,
+    })
+}
+
+/// The Pingora request header for an upstream request (re-reading the URL in case a plugin
+/// changed it).
+fn pingora_request(
+    req: &UpstreamRequest,
+    default: &Endpoint,
+) -> Result<(Endpoint, RequestHeader), GatewayError> {
+    let uri: http::Uri = req
+        .url
+        .parse()
+        .map_err(|e| GatewayError::internal(format!("bad upstream URL {:?}: {e}", req.url)))?;
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    let endpoint = match uri.authority() {
+        Some(a) if a.as_str() == default.authority() => default.clone(),
+        _ => Endpoint::parse(&req.url).map_err(GatewayError::internal)?,
+    };
+    let to_internal = |e: pingora::BError| GatewayError::internal(e.to_string());
+    let mut header = RequestHeader::build(
+        req.method.clone(),
+        path.as_bytes(),
+        Some(req.headers.len() + 2),
+    )
+    .map_err(to_internal)?;
+    header
+        .insert_header(http::header::HOST, endpoint.authority())
+        .map_err(to_internal)?;
+    for (name, value) in &req.headers {
+        header
+            .append_header(name.clone(), value.clone())
+            .map_err(to_internal)?;
+    }
+    header
+        .insert_header(http::header::CONTENT_LENGTH, req.body.len())
+        .map_err(to_internal)?;
+    Ok((endpoint, header))
+}
+
+fn is_event_stream(exchange: &Exchange) -> bool {
+    exchange.header().status.is_success()
+        && exchange
+            .header()
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"))
+}
+
+/// Headers of the provider's answer that are relayed to the client.
+fn relayable_headers(headers: &HeaderMap) -> HeaderMap {
+    headers
+        .iter()
+        .filter(|(name, _)| {
+            !respond::is_hop_by_hop(name)
+                && *name != http::header::CONTENT_LENGTH
+                && !plugin_sdk::headers::is_gateway_header(name)
+        })
+        .map(|(n, v)| (n.clone(), v.clone()))
+        .collect()
+}
+
+/// A provider's error answer in the OpenAI error shape, keeping its status.
+fn provider_error(provider: &str, status: u16, body: &[u8]) -> GatewayError {
+    let parsed: Option<serde_json::Value> = serde_json::from_slice(body).ok();
+    let error = parsed.as_ref().and_then(|v| v.get("error"));
+    let text = |key: &str| {
+        error.and_then(|e| e.get(key)).and_then(|v| match v {
+            serde_json::Value::String(s) => Some(s.clone()),
+            serde_json::Value::Null => None,
+            other => Some(other.to_string()),
+        })
+    };
+    let message = text("message")
+        .or_else(|| error.and_then(|e| e.as_str()).map(str::to_owned))
+        .unwrap_or_else(|| {
+            let raw = String::from_utf8_lossy(body);
+            let raw = raw.trim();
+            if raw.is_empty() {
+                format!("status {status}")
+            } else {
+                raw.chars().take(500).collect()
+            }
+        });
+    GatewayError {
+        kind: ErrorKind::Provider(Box::new(ProviderFailure {
+            status,
+            provider: provider.to_owned(),
+            error_type: text("type"),
+        })),
+        message: format!("{provider} error: {message}"),
+        param: text("param"),
+        code: text("code"),
+    }
+}
+
+async fn write_whole(session: &mut Session, cx: &mut RequestCx, parts: ResponseParts) {
+    cx.response.status = Some(parts.status.as_u16());
+    let result = async {
+        let mut h = respond::header(parts.status, Some(cx))?;
+        for (name, value) in &parts.headers {
+            h.append_header(name.clone(), value.clone())?;
+        }
+        respond::complete(session, h, parts.body).await
+    }
+    .await;
+    if let Err(e) = result {
+        cx.response.error = Some(format!("could not write the answer: {e}"));
+    }
+}
+
+/// Relays a server-sent event stream as it arrives: whole events only (held back until
+/// complete), each seen by `on_chunk`, usage read from them on the way.
+async fn relay_stream(
+    gw: &Gateway,
+    session: &mut Session,
+    cx: &mut RequestCx,
+    mut exchange: Exchange,
+) -> Result<(), GatewayError> {
+    cx.response.upstream_latency = Some(exchange.latency);
+    cx.response.streamed = true;
+    let status = exchange.header().status;
+    cx.response.status = Some(status.as_u16());
+    let write_error =
+        |e: pingora::BError| GatewayError::internal(format!("client write failed: {e}"));
+
+    let mut h = respond::header(status, Some(cx)).map_err(write_error)?;
+    for (name, value) in relayable_headers(&exchange.header().headers).iter() {
+        h.append_header(name.clone(), value.clone())
+            .map_err(write_error)?;
+    }
+    h.insert_header(http::header::TRANSFER_ENCODING, "chunked")
+        .map_err(write_error)?;
+    session
+        .write_response_header(Box::new(h), false)
+        .await
+        .map_err(write_error)?;
+
+    let mut splitter = EventSplitter::default();
+    let mut clean_end = false;
+    loop {
+        let read = tokio::select! {
+            read = exchange.next_chunk() => read,
+            () = client_gone(session) => {
+                cx.response.error = Some("the client closed the stream".into());
+                return Ok(());
+            }
+        };
+        let data = match read {
+            Ok(Some(data)) => splitter.push(&data),
+            Ok(None) => {
+                clean_end = true;
+                splitter.finish()
+            }
+            Err(e) => {
+                // Headers are gone already: tell the client in-band, then end the stream.
+                cx.response.error = Some(e.message.clone());
+                let event = format!("data: {}\n\n", e.body());
+                let _ = session
+                    .write_response_body(Some(Bytes::from(event)), false)
+                    .await;
+                break;
+            }
+        };
+        if !data.is_empty() {
+            note_stream_usage(cx, &data);
+            let mut chunk = Chunk { data };
+            match gw.pipeline.on_chunk(cx, &mut chunk) {
+                Ok(Flow::Continue) => {
+                    session
+                        .write_response_body(Some(chunk.data), false)
+                        .await
+                        .map_err(write_error)?;
+                }
+                Ok(Flow::Respond(r)) => {
+                    let event = format!("data: {}\n\n", String::from_utf8_lossy(&r.body));
+                    let _ = session
+                        .write_response_body(Some(Bytes::from(event)), false)
+                        .await;
+                    break;
+                }
+                Err(e) => {
+                    cx.response.error = Some(e.message.clone());
+                    let event = format!("data: {}\n\n", e.body());
+                    let _ = session
+                        .write_response_body(Some(Bytes::from(event)), false)
+                        .await;
+                    break;
+                }
+            }
+        }
+        if clean_end {
+            break;
+        }
+    }
+    session
+        .write_response_body(None, true)
+        .await
+        .map_err(write_error)?;
+    if clean_end {
+        gw.upstream.release(exchange).await;
+    }
+    Ok(())
+}
+
+/// Reads the model and usage out of stream events that carry them.
+fn note_stream_usage(cx: &mut RequestCx, events: &[u8]) {
+    let wants_model = cx.response.model.is_none();
+    if !wants_model && memchr::memmem::find(events, b"\"usage\"").is_none() {
+        return;
+    }
+    for data in sse::event_data(events) {
+        let (model, usage) = openai::summarize_chunk(&data);
+        if cx.response.model.is_none() {
+            cx.response.model = model;
+        }
+        if usage.is_some() {
+            cx.response.usage = usage;
+        }
+    }
+}
+
+/// Resolves when the client closes its connection. A client that sends more bytes (a pipelined
+/// request) is not gone; the future then never resolves.
+async fn client_gone(session: &mut Session) {
+    if session.read_body_or_idle(true).await.is_err() {
+        return;
+    }
+    std::future::pending::<()>().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::StatusCode;
+
+    #[test]
+    fn provider_errors_keep_type_param_code_and_status() {
+        let body = br#"{"error":{"message":"Rate limit reached","type":"requests","param":null,"code":"rate_limit_exceeded"}}"#;
+        let e = provider_error("openai", 429, body);
+        assert_eq!(e.status(), StatusCode::TOO_MANY_REQUESTS);
+        let b = e.body();
+        assert_eq!(b["error"]["message"], "openai error: Rate limit reached");
+        assert_eq!(b["error"]["type"], "requests");
+        assert_eq!(b["error"]["code"], "rate_limit_exceeded");
+        assert_eq!(b["provider"], "openai");
+
+        let e = provider_error("groq", 503, b"upstream overloaded");
+        assert_eq!(
+            e.body()["error"]["message"],
+            "groq error: upstream overloaded"
+        );
+        assert_eq!(e.status().as_u16(), 503);
+    }
+}

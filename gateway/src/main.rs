@@ -1,0 +1,171 @@
+//! The `gateway` command.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+
+use clap::{Args, Parser, Subcommand};
+
+use gateway::config::{GatewayConfig, Overrides};
+use gateway::server::{run_until_signal, Gateway};
+use plugin_sdk::PluginDescriptor;
+
+#[derive(Parser)]
+#[command(
+    name = "gateway",
+    version,
+    about = "An AI gateway in front of many model providers"
+)]
+#[command(args_conflicts_with_subcommands = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    serve: ServeArgs,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the gateway (the default command).
+    Serve(ServeArgs),
+    /// Work with config files.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+    /// Work with plugins.
+    Plugins {
+        #[command(subcommand)]
+        command: PluginsCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ConfigCommand {
+    /// Validate a config file; print each error with its YAML path; exit 1 on error.
+    Check { file: PathBuf },
+}
+
+#[derive(Subcommand)]
+enum PluginsCommand {
+    /// List every registered plugin with its summary and an example config.
+    List,
+}
+
+#[derive(Args, Clone)]
+struct ServeArgs {
+    /// The config file.
+    #[arg(long, env = "GW_CONFIG", default_value = "configs/gateway.yaml")]
+    config: PathBuf,
+    /// Address to listen on (host:port); overrides `listen` in the file.
+    #[arg(long, env = "GW_LISTEN")]
+    listen: Option<String>,
+    /// Control-plane database URL; overrides `database_url`.
+    #[arg(long, env = "GW_DATABASE_URL")]
+    database_url: Option<String>,
+    /// Redis URL for shared counters; overrides `redis_url`.
+    #[arg(long, env = "GW_REDIS_URL")]
+    redis_url: Option<String>,
+    /// Log filter, plus `json` for JSON lines (e.g. `info,json`); overrides `log`.
+    #[arg(long, env = "GW_LOG")]
+    log: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        None => serve(cli.serve),
+        Some(Command::Serve(args)) => serve(args),
+        Some(Command::Config {
+            command: ConfigCommand::Check { file },
+        }) => config_check(&file),
+        Some(Command::Plugins {
+            command: PluginsCommand::List,
+        }) => {
+            plugins::link();
+            for d in PluginDescriptor::all() {
+                println!("{}\n  {}\n  example:", d.kind, d.summary);
+                for line in d.example.lines() {
+                    println!("    {line}");
+                }
+                println!();
+            }
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+fn config_check(file: &std::path::Path) -> ExitCode {
+    plugins::link();
+    match GatewayConfig::load(file, &Overrides::default()) {
+        Ok(config) => {
+            let kinds: Vec<_> = config.pipeline.iter().map(|p| p.kind.as_str()).collect();
+            println!(
+                "{}: ok (listen {}, {} providers, pipeline: {})",
+                file.display(),
+                config.listen,
+                config.providers.len(),
+                kinds.join(" -> ")
+            );
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            for issue in &errors.0 {
+                let path = if issue.path.is_empty() {
+                    "(file)"
+                } else {
+                    &issue.path
+                };
+                eprintln!("{}: {path}: {}", file.display(), issue.message);
+            }
+            eprintln!("{} error(s)", errors.0.len());
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn serve(args: ServeArgs) -> ExitCode {
+    let overrides = Overrides {
+        listen: args.listen,
+        database_url: args.database_url,
+        redis_url: args.redis_url,
+        log: args.log,
+    };
+    let config = match GatewayConfig::load(&args.config, &overrides) {
+        Ok(c) => c,
+        Err(errors) => {
+            eprintln!("{}: invalid config:\n{errors}", args.config.display());
+            return ExitCode::from(1);
+        }
+    };
+    let guard = match gateway::logging::init(&config.log) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(1);
+        }
+    };
+    let listen = config.listen;
+    let gw = match Gateway::new(config) {
+        Ok(gw) => Arc::new(gw),
+        Err(errors) => {
+            eprintln!("cannot build the pipeline:\n{errors}");
+            return ExitCode::from(1);
+        }
+    };
+    tracing::info!(
+        %listen,
+        pipeline = ?gw.pipeline.kinds(),
+        providers = gw.config.providers.len(),
+        "gateway listening"
+    );
+    // The drain watcher exits the process; it flushes the log writer first.
+    let guard = Arc::new(Mutex::new(Some(guard)));
+    let flush = guard.clone();
+    run_until_signal(gw, move || {
+        if let Ok(mut g) = flush.lock() {
+            g.take();
+        }
+    });
+    ExitCode::SUCCESS
+}

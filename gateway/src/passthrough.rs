@@ -1,0 +1,82 @@
+//! Passthrough: any other provider path under `/v1`. Only the headers are read and rewritten;
+//! the body streams both ways untouched through Pingora, and the answer is returned exactly as
+//! the provider gave it (less hop-by-hop headers).
+
+use std::time::Instant;
+
+use pingora::http::RequestHeader;
+
+use plugin_sdk::{Flow, GatewayError, PluginResponse, RequestCx};
+
+use crate::routing;
+use crate::server::Gateway;
+use crate::upstream::Endpoint;
+
+/// Where a passthrough request goes, decided in `request_filter`.
+#[derive(Debug)]
+pub struct PassthroughTarget {
+    pub endpoint: Endpoint,
+    pub path_and_query: String,
+    /// The provider's credential header.
+    pub auth: Option<(&'static str, String)>,
+    /// When the request was handed to the upstream, for upstream latency.
+    pub sent_at: Option<Instant>,
+}
+
+/// Runs the request phase and picks the target; a plugin may answer instead.
+pub async fn prepare(
+    gw: &Gateway,
+    cx: &mut RequestCx,
+) -> Result<Result<PassthroughTarget, PluginResponse>, GatewayError> {
+    if let Flow::Respond(r) = gw.pipeline.on_request(cx).await? {
+        return Ok(Err(r));
+    }
+    let plan = cx.plan.clone().ok_or_else(|| {
+        GatewayError::internal("no provider was selected: the pipeline needs provider_select")
+    })?;
+    let mut target = routing::plan_target(&plan)?;
+    if let Flow::Respond(r) = gw.pipeline.on_route(cx, &mut target).await? {
+        return Ok(Err(r));
+    }
+    let resolved = routing::resolve(target, &gw.config.provider_base_urls)?;
+    cx.response.provider = Some(resolved.spec.id.to_owned());
+    let suffix = cx.path.strip_prefix("/v1").unwrap_or(&cx.path);
+    Ok(Ok(PassthroughTarget {
+        path_and_query: resolved
+            .endpoint
+            .path_and_query(suffix, cx.query.as_deref()),
+        auth: resolved.auth_header(),
+        endpoint: resolved.endpoint,
+        sent_at: None,
+    }))
+}
+
+/// Rewrites the client's request header for the provider: path, host, credential; the
+/// gateway's own headers and hop-by-hop headers are removed.
+pub fn rewrite_request(target: &PassthroughTarget, req: &mut RequestHeader) -> pingora::Result<()> {
+    let uri: http::Uri = target.path_and_query.parse().map_err(|e| {
+        pingora::Error::explain(
+            pingora::ErrorType::InternalError,
+            format!("bad upstream path {:?}: {e}", target.path_and_query),
+        )
+    })?;
+    req.set_uri(uri);
+    let drop: Vec<http::HeaderName> = req
+        .headers
+        .keys()
+        .filter(|n| {
+            plugin_sdk::headers::is_gateway_header(n)
+                || crate::respond::is_hop_by_hop(n)
+                || *n == http::header::AUTHORIZATION
+        })
+        .cloned()
+        .collect();
+    for name in drop {
+        req.remove_header(&name);
+    }
+    req.insert_header(http::header::HOST, target.endpoint.authority())?;
+    if let Some((name, value)) = &target.auth {
+        req.insert_header(*name, value.as_str())?;
+    }
+    Ok(())
+}

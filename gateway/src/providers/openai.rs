@@ -1,0 +1,109 @@
+//! OpenAI wire format: the client's own format, so requests pass through without a re-encode
+//! unless a target overrides body fields; usage is read from the answer for logs and metrics.
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::{Map, Value};
+
+use plugin_sdk::{GatewayError, Usage};
+
+/// The body to send: the client's bytes when nothing overrides them, else the body with the
+/// target's `override_params` merged in (the target's values win).
+pub fn encode_body(
+    raw: &Bytes,
+    override_params: &Map<String, Value>,
+) -> Result<Bytes, GatewayError> {
+    if override_params.is_empty() || raw.is_empty() {
+        return Ok(raw.clone());
+    }
+    let mut body: Map<String, Value> = serde_json::from_slice(raw)
+        .map_err(|e| GatewayError::invalid(format!("request body is not a JSON object: {e}")))?;
+    for (k, v) in override_params {
+        body.insert(k.clone(), v.clone());
+    }
+    serde_json::to_vec(&body)
+        .map(Bytes::from)
+        .map_err(|e| GatewayError::internal(format!("cannot encode request body: {e}")))
+}
+
+/// Just the fields of an answer the gateway records; everything else is skipped unparsed.
+#[derive(Deserialize)]
+struct AnswerSummary {
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+#[derive(Deserialize)]
+struct WireUsage {
+    #[serde(default)]
+    prompt_tokens: u64,
+    #[serde(default)]
+    completion_tokens: u64,
+}
+
+/// The model and usage of a complete JSON answer, when it has them.
+pub fn summarize_answer(body: &[u8]) -> (Option<String>, Option<Usage>) {
+    match serde_json::from_slice::<AnswerSummary>(body) {
+        Ok(s) => (
+            s.model,
+            s.usage.map(|u| Usage {
+                prompt_tokens: u.prompt_tokens,
+                completion_tokens: u.completion_tokens,
+            }),
+        ),
+        Err(_) => (None, None),
+    }
+}
+
+/// The model and usage carried by one stream event's data, if any.
+pub fn summarize_chunk(data: &[u8]) -> (Option<String>, Option<Usage>) {
+    if data == b"[DONE]" {
+        return (None, None);
+    }
+    summarize_answer(data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn passes_bytes_through_without_overrides() {
+        let raw = Bytes::from_static(b"{\"model\":\"a\",  \"messages\":[]}");
+        let out = encode_body(&raw, &Map::new()).unwrap();
+        assert_eq!(out, raw);
+    }
+
+    #[test]
+    fn override_params_win() {
+        let raw = Bytes::from_static(br#"{"model":"a","temperature":1,"extra":{"x":1}}"#);
+        let overrides = json!({"model": "b", "top_p": 0.5})
+            .as_object()
+            .unwrap()
+            .clone();
+        let out: Value = serde_json::from_slice(&encode_body(&raw, &overrides).unwrap()).unwrap();
+        assert_eq!(
+            out,
+            json!({"model":"b","temperature":1,"top_p":0.5,"extra":{"x":1}})
+        );
+    }
+
+    #[test]
+    fn reads_usage_and_model() {
+        let body = br#"{"id":"x","model":"gpt","choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":3,"completion_tokens":5,"total_tokens":8}}"#;
+        let (model, usage) = summarize_answer(body);
+        assert_eq!(model.as_deref(), Some("gpt"));
+        assert_eq!(
+            usage.unwrap(),
+            Usage {
+                prompt_tokens: 3,
+                completion_tokens: 5
+            }
+        );
+        assert_eq!(summarize_chunk(b"[DONE]"), (None, None));
+        assert_eq!(summarize_answer(b"not json"), (None, None));
+    }
+}

@@ -1,0 +1,206 @@
+//! The one `impl ProxyHttp`: each Pingora hook hands over to the gateway's own modules.
+//!
+//! - `request_filter` dispatches: `/health` and `/metrics` are answered here; LLM routes are
+//!   handled to the end by [`crate::llm`] (the response is written there, so Pingora's own
+//!   upstream phases are skipped); passthrough routes pick their target and continue.
+//! - `upstream_peer`, `upstream_request_filter`, `response_filter`, `fail_to_proxy` serve
+//!   passthrough requests only.
+//! - `logging` runs the pipeline's `on_log` for every gateway request.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use http::StatusCode;
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::prelude::HttpPeer;
+use pingora::proxy::{FailToProxy, ProxyHttp, Session};
+
+use plugin_sdk::{ErrorKind, GatewayError, RequestCx, Route};
+
+use crate::passthrough::{self, PassthroughTarget};
+use crate::request::{self, Dispatch};
+use crate::respond;
+use crate::server::{Gateway, InFlight};
+
+pub struct GatewayProxy {
+    pub gw: Arc<Gateway>,
+}
+
+/// Per-request state kept by Pingora between hooks.
+#[derive(Default)]
+pub struct Ctx {
+    cx: Option<Box<RequestCx>>,
+    passthrough: Option<PassthroughTarget>,
+    /// An error from our own hooks, so `fail_to_proxy` answers with it.
+    failure: Option<GatewayError>,
+    _in_flight: Option<InFlight>,
+}
+
+#[async_trait]
+impl ProxyHttp for GatewayProxy {
+    type CTX = Ctx;
+
+    fn new_ctx(&self) -> Ctx {
+        Ctx::default()
+    }
+
+    async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> pingora::Result<bool> {
+        let req = session.req_header();
+        let route = match request::dispatch(&req.method, req.uri.path()) {
+            Dispatch::Health => {
+                let body = Bytes::from_static(br#"{"status":"ok"}"#);
+                respond::simple(session, StatusCode::OK, "application/json", body).await;
+                return Ok(true);
+            }
+            Dispatch::Metrics => {
+                let body = Bytes::from(self.gw.render_metrics());
+                respond::simple(session, StatusCode::OK, "text/plain; version=0.0.4", body).await;
+                return Ok(true);
+            }
+            Dispatch::NotFound => {
+                let err = GatewayError::new(
+                    ErrorKind::NotFound,
+                    format!("no route for {} {}", req.method, req.uri.path()),
+                );
+                session.set_keepalive(None);
+                respond::error(session, None, &err).await;
+                return Ok(true);
+            }
+            Dispatch::Gateway(route) => route,
+        };
+
+        ctx._in_flight = Some(self.gw.in_flight());
+        let (cx, headers_ok) = request::context(session, route);
+        let cx = ctx.cx.insert(Box::new(cx));
+        if let Err(e) = headers_ok {
+            // The body was not read, so the connection cannot be reused.
+            session.set_keepalive(None);
+            respond::error(session, Some(cx), &e).await;
+            return Ok(true);
+        }
+        if route != Route::Passthrough {
+            crate::llm::handle(&self.gw, session, cx).await;
+            return Ok(true);
+        }
+        match passthrough::prepare(&self.gw, cx).await {
+            Ok(Ok(target)) => {
+                ctx.passthrough = Some(target);
+                Ok(false)
+            }
+            Ok(Err(response)) => {
+                session.set_keepalive(None);
+                respond::plugin(session, cx, response).await;
+                Ok(true)
+            }
+            Err(e) => {
+                session.set_keepalive(None);
+                respond::error(session, Some(cx), &e).await;
+                Ok(true)
+            }
+        }
+    }
+
+    async fn upstream_peer(
+        &self,
+        _session: &mut Session,
+        ctx: &mut Ctx,
+    ) -> pingora::Result<Box<HttpPeer>> {
+        let Some(target) = ctx.passthrough.as_ref() else {
+            return Err(pingora::Error::explain(
+                pingora::ErrorType::InternalError,
+                "no passthrough target",
+            ));
+        };
+        match self.gw.upstream.peer(&target.endpoint).await {
+            Ok(peer) => Ok(Box::new(peer)),
+            Err(e) => {
+                let explain = e.message.clone();
+                ctx.failure = Some(e);
+                Err(pingora::Error::explain(
+                    pingora::ErrorType::ConnectError,
+                    explain,
+                ))
+            }
+        }
+    }
+
+    async fn upstream_request_filter(
+        &self,
+        _session: &mut Session,
+        upstream_request: &mut RequestHeader,
+        ctx: &mut Ctx,
+    ) -> pingora::Result<()> {
+        if let Some(target) = ctx.passthrough.as_mut() {
+            passthrough::rewrite_request(target, upstream_request)?;
+            target.sent_at = Some(Instant::now());
+        }
+        Ok(())
+    }
+
+    async fn response_filter(
+        &self,
+        _session: &mut Session,
+        upstream_response: &mut ResponseHeader,
+        ctx: &mut Ctx,
+    ) -> pingora::Result<()> {
+        if let Some(cx) = ctx.cx.as_deref_mut() {
+            cx.response.status = Some(upstream_response.status.as_u16());
+            if let Some(sent) = ctx.passthrough.as_ref().and_then(|t| t.sent_at) {
+                cx.response.upstream_latency = Some(sent.elapsed());
+            }
+            upstream_response.insert_header(respond::TRACE_ID, cx.trace_id.as_str())?;
+            if let Some(p) = &cx.response.provider {
+                upstream_response.insert_header(respond::PROVIDER, p.as_str())?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn fail_to_proxy(
+        &self,
+        session: &mut Session,
+        e: &pingora::Error,
+        ctx: &mut Ctx,
+    ) -> FailToProxy {
+        let err = ctx.failure.take().unwrap_or_else(|| pingora_failure(e));
+        let code = err.status().as_u16();
+        if session.response_written().is_none() {
+            respond::error(session, ctx.cx.as_deref_mut(), &err).await;
+        } else if let Some(cx) = ctx.cx.as_deref_mut() {
+            cx.response.error = Some(err.message);
+        }
+        FailToProxy {
+            error_code: code,
+            can_reuse_downstream: false,
+        }
+    }
+
+    async fn logging(&self, session: &mut Session, e: Option<&pingora::Error>, ctx: &mut Ctx) {
+        let Some(cx) = ctx.cx.as_deref_mut() else {
+            return;
+        };
+        if cx.response.status.is_none() {
+            cx.response.status = session.response_written().map(|h| h.status.as_u16());
+        }
+        if let (Some(e), None) = (e, &cx.response.error) {
+            cx.response.error = Some(e.to_string());
+        }
+        self.gw.pipeline.on_log(cx);
+    }
+}
+
+/// A passthrough failure that happened inside Pingora.
+fn pingora_failure(e: &pingora::Error) -> GatewayError {
+    use pingora::ErrorType::*;
+    let kind = match e.etype() {
+        ConnectTimedout | ReadTimedout | WriteTimedout => ErrorKind::UpstreamTimeout,
+        ConnectRefused | ConnectNoRoute | ConnectError | TLSHandshakeFailure => {
+            ErrorKind::UpstreamUnreachable
+        }
+        _ if matches!(e.esource(), pingora::ErrorSource::Downstream) => ErrorKind::InvalidRequest,
+        _ => ErrorKind::UpstreamBadResponse,
+    };
+    GatewayError::new(kind, format!("passthrough failed: {e}"))
+}

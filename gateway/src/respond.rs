@@ -1,0 +1,111 @@
+//! Writing answers to the client. Every response the gateway itself produces (errors, plugin
+//! answers, health, metrics) goes through here, so the headers every answer carries
+//! (`x-gw-trace-id`, `x-gw-provider`) are set in one place.
+
+use bytes::Bytes;
+use http::{HeaderName, StatusCode};
+use pingora::http::ResponseHeader;
+use pingora::proxy::Session;
+
+use plugin_sdk::{GatewayError, PluginResponse, RequestCx};
+
+pub const TRACE_ID: &str = "x-gw-trace-id";
+pub const PROVIDER: &str = "x-gw-provider";
+
+/// A response header with the gateway's own headers set.
+pub fn header(status: StatusCode, cx: Option<&RequestCx>) -> pingora::Result<ResponseHeader> {
+    let mut h = ResponseHeader::build(status, Some(6))?;
+    if let Some(cx) = cx {
+        h.insert_header(TRACE_ID, cx.trace_id.as_str())?;
+        if let Some(p) = &cx.response.provider {
+            h.insert_header(PROVIDER, p.as_str())?;
+        }
+    }
+    Ok(h)
+}
+
+/// Writes a complete response.
+pub async fn complete(
+    session: &mut Session,
+    mut h: ResponseHeader,
+    body: Bytes,
+) -> pingora::Result<()> {
+    h.insert_header(http::header::CONTENT_LENGTH, body.len())?;
+    session
+        .write_response_header(Box::new(h), body.is_empty())
+        .await?;
+    if !body.is_empty() {
+        session.write_response_body(Some(body), true).await?;
+    }
+    Ok(())
+}
+
+/// Answers an error with its status and JSON body (the one place an error becomes bytes).
+pub async fn error(session: &mut Session, cx: Option<&mut RequestCx>, err: &GatewayError) {
+    let status = err.status();
+    let body = Bytes::from(err.body().to_string());
+    if let Some(cx) = cx.as_deref() {
+        tracing::debug!(trace_id = %cx.trace_id, error = %err, "request failed");
+    }
+    let result = async {
+        let mut h = header(status, cx.as_deref())?;
+        h.insert_header(http::header::CONTENT_TYPE, "application/json")?;
+        if let plugin_sdk::ErrorKind::RateLimited { retry_after_secs } = err.kind {
+            h.insert_header(http::header::RETRY_AFTER, retry_after_secs)?;
+        }
+        complete(session, h, body).await
+    }
+    .await;
+    if let Some(cx) = cx {
+        cx.response.status = Some(status.as_u16());
+        cx.response.error = Some(err.message.clone());
+    }
+    if let Err(e) = result {
+        tracing::debug!(error = %e, "could not write the error response; the client is gone");
+    }
+}
+
+/// Answers with a response a plugin produced.
+pub async fn plugin(session: &mut Session, cx: &mut RequestCx, response: PluginResponse) {
+    cx.response.status = Some(response.status.as_u16());
+    let result = async {
+        let mut h = header(response.status, Some(cx))?;
+        for (name, value) in &response.headers {
+            h.append_header(name.clone(), value.clone())?;
+        }
+        complete(session, h, response.body).await
+    }
+    .await;
+    if let Err(e) = result {
+        tracing::debug!(error = %e, "could not write the plugin's response; the client is gone");
+    }
+}
+
+/// Answers a small JSON or text body outside any request context (`/health`, `/metrics`, 404).
+pub async fn simple(session: &mut Session, status: StatusCode, content_type: &str, body: Bytes) {
+    let result = async {
+        let mut h = header(status, None)?;
+        h.insert_header(http::header::CONTENT_TYPE, content_type)?;
+        complete(session, h, body).await
+    }
+    .await;
+    if let Err(e) = result {
+        tracing::debug!(error = %e, "could not write a response; the client is gone");
+    }
+}
+
+/// Hop-by-hop headers, which describe one connection and are never relayed.
+pub fn is_hop_by_hop(name: &HeaderName) -> bool {
+    matches!(
+        name.as_str(),
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "proxy-authenticate"
+            | "proxy-authorization"
+            | "te"
+            | "trailer"
+            | "transfer-encoding"
+            | "upgrade"
+    )
+}

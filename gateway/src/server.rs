@@ -1,0 +1,251 @@
+//! The running gateway: shared state, the Pingora server around it, and shutdown.
+//!
+//! Shutdown: Ctrl-C (SIGINT) and SIGTERM both start a graceful stop. The listener stops
+//! accepting, idle keep-alive connections close, and in-flight requests and open streams run
+//! on for up to `shutdown.drain_timeout_secs`; the process exits as soon as none is left.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use pingora::server::configuration::ServerConf;
+use pingora::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch};
+use prometheus::{Encoder, IntGauge, Registry, TextEncoder};
+
+use plugin_sdk::BuildCx;
+
+use crate::config::{ConfigErrors, GatewayConfig};
+use crate::pipeline::Pipeline;
+use crate::proxy::GatewayProxy;
+use crate::stores::{YamlConfigs, YamlProviders};
+use crate::upstream::Upstream;
+
+/// Everything a request needs, built once at start.
+pub struct Gateway {
+    pub config: GatewayConfig,
+    pub pipeline: Pipeline,
+    pub upstream: Upstream,
+    pub metrics: Registry,
+    in_flight: IntGauge,
+}
+
+/// Counts one request as in flight until dropped.
+pub struct InFlight(IntGauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+impl Gateway {
+    /// Builds the plugins and stores of a validated config.
+    pub fn new(config: GatewayConfig) -> Result<Gateway, ConfigErrors> {
+        plugins::link();
+        let metrics = Registry::new();
+        let in_flight = IntGauge::new(
+            "gw_requests_in_flight",
+            "Gateway requests currently being handled (streams included)",
+        )
+        .expect("a valid metric name");
+        metrics
+            .register(Box::new(in_flight.clone()))
+            .expect("a fresh registry has no metrics yet");
+        let build = BuildCx {
+            providers: Arc::new(YamlProviders::from_config(&config)),
+            configs: Arc::new(YamlConfigs::from_config(&config)),
+            metrics: metrics.clone(),
+        };
+        let pipeline = Pipeline::build(&config.pipeline, &build)?;
+        Ok(Gateway {
+            upstream: Upstream::new(config.upstream),
+            config,
+            pipeline,
+            metrics,
+            in_flight,
+        })
+    }
+
+    pub fn in_flight(&self) -> InFlight {
+        self.in_flight.inc();
+        InFlight(self.in_flight.clone())
+    }
+
+    /// Requests currently in flight.
+    pub fn in_flight_count(&self) -> i64 {
+        self.in_flight.get()
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render_metrics(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(8 * 1024);
+        if let Err(e) = TextEncoder::new().encode(&self.metrics.gather(), &mut out) {
+            tracing::warn!(error = %e, "could not encode metrics");
+        }
+        out
+    }
+}
+
+/// Builds the Pingora server with the gateway's proxy service on `config.listen`.
+pub fn build_server(gw: Arc<Gateway>) -> Server {
+    let config = &gw.config;
+    let conf = ServerConf {
+        threads: config.threads,
+        // The grace period is the drain window: in-flight requests and streams may finish.
+        grace_period_seconds: Some(config.drain_timeout.as_secs()),
+        graceful_shutdown_timeout_seconds: Some(1),
+        ..ServerConf::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(None, conf);
+    server.bootstrap();
+    let mut service = pingora::proxy::http_proxy_service_with_name(
+        &server.configuration,
+        GatewayProxy { gw: gw.clone() },
+        "gateway",
+    );
+    service.add_tcp(&config.listen.to_string());
+    server.add_service(service);
+    server
+}
+
+/// Ctrl-C and SIGTERM both drain gracefully; SIGQUIT too (there is no socket hand-over).
+pub struct DrainOnSignal {
+    pub started: Arc<AtomicBool>,
+}
+
+#[async_trait]
+impl ShutdownSignalWatch for DrainOnSignal {
+    async fn recv(&self) -> ShutdownSignal {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut interrupt = signal(SignalKind::interrupt()).expect("SIGINT handler");
+        let mut terminate = signal(SignalKind::terminate()).expect("SIGTERM handler");
+        let mut quit = signal(SignalKind::quit()).expect("SIGQUIT handler");
+        let name = tokio::select! {
+            _ = interrupt.recv() => "SIGINT",
+            _ = terminate.recv() => "SIGTERM",
+            _ = quit.recv() => "SIGQUIT",
+        };
+        tracing::info!(signal = name, "shutting down: draining in-flight requests");
+        self.started.store(true, Ordering::SeqCst);
+        ShutdownSignal::GracefulTerminate
+    }
+}
+
+/// Runs the gateway until a signal stops it. Once shutdown has begun, the process exits as soon
+/// as nothing is in flight (Pingora's grace period is the upper bound).
+pub fn run_until_signal(gw: Arc<Gateway>, on_drained: impl FnOnce() + Send + 'static) {
+    let started = Arc::new(AtomicBool::new(false));
+    let server = build_server(gw.clone());
+    let watch_started = started.clone();
+    std::thread::Builder::new()
+        .name("drain-watch".into())
+        .spawn(move || {
+            while !watch_started.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            // Let the listener close before counting.
+            std::thread::sleep(Duration::from_millis(100));
+            while gw.in_flight_count() > 0 {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            tracing::info!("drained; exiting");
+            on_drained();
+            std::process::exit(0);
+        })
+        .expect("spawn the drain watcher");
+    server.run(RunArgs {
+        shutdown_signal: Box::new(DrainOnSignal { started }),
+    });
+}
+
+/// Stops a gateway started by [`spawn`].
+struct Trigger(tokio::sync::watch::Receiver<Option<bool>>);
+
+#[async_trait]
+impl ShutdownSignalWatch for Trigger {
+    async fn recv(&self) -> ShutdownSignal {
+        let mut rx = self.0.clone();
+        loop {
+            if let Some(graceful) = *rx.borrow_and_update() {
+                return if graceful {
+                    ShutdownSignal::GracefulTerminate
+                } else {
+                    ShutdownSignal::FastShutdown
+                };
+            }
+            if rx.changed().await.is_err() {
+                return ShutdownSignal::FastShutdown;
+            }
+        }
+    }
+}
+
+/// A gateway running on its own threads in this process (tests and benchmarks).
+pub struct RunningGateway {
+    pub gateway: Arc<Gateway>,
+    stop: tokio::sync::watch::Sender<Option<bool>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Starts the gateway on background threads and waits until it accepts connections.
+pub fn spawn(gw: Gateway) -> RunningGateway {
+    let gateway = Arc::new(gw);
+    let (stop, rx) = tokio::sync::watch::channel(None);
+    let server = build_server(gateway.clone());
+    let thread = std::thread::Builder::new()
+        .name("gateway".into())
+        .spawn(move || {
+            server.run(RunArgs {
+                shutdown_signal: Box::new(Trigger(rx)),
+            })
+        })
+        .expect("spawn the gateway thread");
+    let addr = gateway.config.listen;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(addr).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the gateway did not start listening on {addr}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    RunningGateway {
+        gateway,
+        stop,
+        thread: Some(thread),
+    }
+}
+
+impl RunningGateway {
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.gateway.config.listen
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr())
+    }
+
+    /// Starts a graceful stop (as SIGTERM would) and waits until the server has exited.
+    pub fn shutdown_gracefully(mut self) {
+        let _ = self.stop.send(Some(true));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for RunningGateway {
+    fn drop(&mut self) {
+        let _ = self.stop.send(Some(false));
+    }
+}
+
+/// A free port on 127.0.0.1 for a test server to listen on.
+pub fn free_local_addr() -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
+    listener
+        .local_addr()
+        .expect("a bound listener has an address")
+}

@@ -1,0 +1,193 @@
+//! Talking to providers: endpoints, name resolution, and HTTP exchanges over Pingora's
+//! connector (pooled connections, TLS through rustls).
+//!
+//! Every peer carries connect, read, write and idle timeouts (Pingora sets none by default).
+//! Host names are resolved here, asynchronously and cached, because Pingora's `HttpPeer::new`
+//! resolves with a blocking lookup and panics when it fails: a user-supplied custom host must
+//! never take the process down.
+
+mod dns;
+mod endpoint;
+
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use pingora::connectors::http::Connector;
+use pingora::http::{RequestHeader, ResponseHeader};
+use pingora::protocols::http::client::HttpSession;
+use pingora::upstreams::peer::HttpPeer;
+
+use plugin_sdk::{ErrorKind, GatewayError};
+
+pub use dns::Resolver;
+pub use endpoint::Endpoint;
+
+/// Timeouts applied to every upstream connection.
+#[derive(Debug, Clone, Copy)]
+pub struct UpstreamTimeouts {
+    /// TCP connect (and TLS handshake). Default: 10 s.
+    pub connect: Duration,
+    /// Longest wait for any single read. Default: 600 s, since a model may think for minutes.
+    pub read: Duration,
+    /// Longest wait for any single write. Default: 60 s.
+    pub write: Duration,
+    /// How long an idle pooled connection is kept. Default: 90 s.
+    pub idle: Duration,
+}
+
+impl Default for UpstreamTimeouts {
+    fn default() -> Self {
+        UpstreamTimeouts {
+            connect: Duration::from_secs(10),
+            read: Duration::from_secs(600),
+            write: Duration::from_secs(60),
+            idle: Duration::from_secs(90),
+        }
+    }
+}
+
+/// The gateway's HTTP client for providers.
+pub struct Upstream {
+    connector: Connector,
+    resolver: Resolver,
+    timeouts: UpstreamTimeouts,
+}
+
+/// An exchange whose response header has arrived; the body is read from it.
+pub struct Exchange {
+    session: HttpSession,
+    peer: HttpPeer,
+    /// Time from sending the request to the response header.
+    pub latency: Duration,
+}
+
+impl Upstream {
+    pub fn new(timeouts: UpstreamTimeouts) -> Self {
+        Upstream {
+            connector: Connector::new(None),
+            resolver: Resolver::default(),
+            timeouts,
+        }
+    }
+
+    /// A peer for the endpoint, its host resolved without blocking.
+    pub async fn peer(&self, endpoint: &Endpoint) -> Result<HttpPeer, GatewayError> {
+        let addr = self.resolver.resolve(&endpoint.host, endpoint.port).await?;
+        let mut peer = HttpPeer::new(addr, endpoint.tls, endpoint.host.clone());
+        let o = &mut peer.options;
+        o.connection_timeout = Some(self.timeouts.connect);
+        o.total_connection_timeout = Some(self.timeouts.connect);
+        o.read_timeout = Some(self.timeouts.read);
+        o.write_timeout = Some(self.timeouts.write);
+        o.idle_timeout = Some(self.timeouts.idle);
+        Ok(peer)
+    }
+
+    /// Sends a request and waits for the response header. A pooled connection that the server
+    /// closed while idle is retried once on a fresh connection.
+    pub async fn send(
+        &self,
+        peer: HttpPeer,
+        header: RequestHeader,
+        body: Bytes,
+    ) -> Result<Exchange, GatewayError> {
+        let mut stale_retry_left = true;
+        loop {
+            let (mut session, reused) =
+                self.connector.get_http_session(&peer).await.map_err(|e| {
+                    GatewayError::new(
+                        ErrorKind::UpstreamUnreachable,
+                        format!("cannot connect to {}: {e}", peer.sni),
+                    )
+                })?;
+            session.set_read_timeout(Some(self.timeouts.read));
+            session.set_write_timeout(Some(self.timeouts.write));
+            let sent_at = Instant::now();
+            match exchange(&mut session, header.clone(), body.clone()).await {
+                Ok(()) => {
+                    return Ok(Exchange {
+                        session,
+                        peer,
+                        latency: sent_at.elapsed(),
+                    })
+                }
+                Err(e) if reused && stale_retry_left => {
+                    tracing::debug!(error = %e, "pooled upstream connection failed; retrying on a new one");
+                    stale_retry_left = false;
+                }
+                Err(e) => return Err(upstream_io_error(&peer, &e)),
+            }
+        }
+    }
+
+    /// Returns a finished exchange's connection to the pool.
+    pub async fn release(&self, exchange: Exchange) {
+        let Exchange { session, peer, .. } = exchange;
+        self.connector
+            .release_http_session(session, &peer, Some(self.timeouts.idle))
+            .await;
+    }
+}
+
+async fn exchange(
+    session: &mut HttpSession,
+    header: RequestHeader,
+    body: Bytes,
+) -> pingora::Result<()> {
+    session.write_request_header(Box::new(header)).await?;
+    if !body.is_empty() {
+        session.write_request_body(body, true).await?;
+    }
+    session.finish_request_body().await?;
+    session.read_response_header().await
+}
+
+fn upstream_io_error(peer: &HttpPeer, e: &pingora::Error) -> GatewayError {
+    let kind = match e.etype() {
+        pingora::ErrorType::ReadTimedout | pingora::ErrorType::WriteTimedout => {
+            ErrorKind::UpstreamTimeout
+        }
+        pingora::ErrorType::ConnectTimedout
+        | pingora::ErrorType::ConnectRefused
+        | pingora::ErrorType::ConnectNoRoute
+        | pingora::ErrorType::ConnectError
+        | pingora::ErrorType::TLSHandshakeFailure => ErrorKind::UpstreamUnreachable,
+        _ => ErrorKind::UpstreamBadResponse,
+    };
+    GatewayError::new(kind, format!("upstream {} failed: {e}", peer.sni))
+}
+
+impl Exchange {
+    pub fn header(&self) -> &ResponseHeader {
+        self.session
+            .response_header()
+            .expect("an Exchange exists only after its response header was read")
+    }
+
+    pub fn status(&self) -> u16 {
+        self.header().status.as_u16()
+    }
+
+    /// The next piece of the body; `None` at its end.
+    pub async fn next_chunk(&mut self) -> Result<Option<Bytes>, GatewayError> {
+        self.session
+            .read_response_body()
+            .await
+            .map_err(|e| upstream_io_error(&self.peer, &e))
+    }
+
+    /// The whole body, refusing bodies larger than `limit` bytes.
+    pub async fn read_to_end(&mut self, limit: usize) -> Result<Bytes, GatewayError> {
+        let mut body = BytesMut::new();
+        while let Some(chunk) = self.next_chunk().await? {
+            if body.len() + chunk.len() > limit {
+                return Err(GatewayError::new(
+                    ErrorKind::UpstreamBadResponse,
+                    format!("the provider's answer is larger than {limit} bytes"),
+                ));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body.freeze())
+    }
+}

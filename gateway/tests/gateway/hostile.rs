@@ -1,0 +1,112 @@
+//! Upstreams that cannot be reached, or misbehave, never crash the gateway.
+
+use serde_json::Value;
+
+use crate::common::{expect_error, hello, Env};
+
+async fn chat_via_custom_host(env: &Env, host: &str) -> reqwest::Response {
+    env.client
+        .post(env.url("/v1/chat/completions"))
+        .header("x-gw-custom-host", host)
+        .header("x-gw-provider", "openai")
+        .header("authorization", "Bearer k")
+        .json(&hello("hi"))
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unresolvable_and_unreachable_hosts_are_502s() {
+    let env = Env::start().await;
+    let resp = chat_via_custom_host(&env, "http://no-such-host.invalid/v1").await;
+    let body = expect_error(resp, 502, None).await;
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no-such-host.invalid"),
+        "{body}"
+    );
+
+    let closed = gateway::server::free_local_addr();
+    let resp = chat_via_custom_host(&env, &format!("http://{closed}/v1")).await;
+    expect_error(resp, 502, None).await;
+
+    // Passthrough too.
+    let resp = env
+        .client
+        .get(env.url("/v1/models"))
+        .header("x-gw-custom-host", "http://no-such-host.invalid/v1")
+        .header("x-gw-provider", "openai")
+        .header("authorization", "Bearer k")
+        .send()
+        .await
+        .unwrap();
+    expect_error(resp, 502, None).await;
+
+    // And the gateway still serves.
+    assert_eq!(env.chat(hello("ok")).await.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_that_hangs_up_is_a_502() {
+    let env = Env::start().await;
+    let resp = env
+        .post("/v1/chat/completions")
+        .header("x-mock-disconnect-after", "0")
+        .header("x-gw-forward-headers", "x-mock-disconnect-after")
+        .json(&hello("hi"))
+        .send()
+        .await
+        .unwrap();
+    expect_error(resp, 502, None).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_timeout_is_a_408_with_the_reference_body() {
+    let env = Env::start().await;
+    let resp = env
+        .post("/v1/chat/completions")
+        .header("x-gw-request-timeout", "150")
+        .header("x-mock-delay-ms", "2000")
+        .header("x-gw-forward-headers", "x-mock-delay-ms")
+        .json(&hello("hi"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 408);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(
+        body,
+        serde_json::json!({"error": {
+            "message": "Request exceeded the timeout sent in the request: 150ms",
+            "type": "timeout_error", "param": null, "code": null
+        }})
+    );
+    // A timeout that is long enough lets the answer through.
+    let resp = env
+        .post("/v1/chat/completions")
+        .header("x-portkey-request-timeout", "5000")
+        .header("x-mock-delay-ms", "50")
+        .header("x-gw-forward-headers", "x-mock-delay-ms")
+        .json(&hello("hi"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_read_timeouts_apply_to_every_connection() {
+    let env = Env::start_with("upstream: {read_timeout_ms: 200}\n").await;
+    let resp = env
+        .post("/v1/chat/completions")
+        .header("x-mock-delay-ms", "3000")
+        .header("x-gw-forward-headers", "x-mock-delay-ms")
+        .json(&hello("hi"))
+        .send()
+        .await
+        .unwrap();
+    expect_error(resp, 504, None).await;
+}

@@ -1,0 +1,11 @@
+//! Integration tests: the mock provider and the gateway on ephemeral ports, driven over HTTP.
+
+mod common;
+mod hostile;
+mod observability;
+mod passthrough;
+mod routes;
+mod selection;
+mod shutdown;
+mod streaming;
+mod validation;

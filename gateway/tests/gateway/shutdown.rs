@@ -1,0 +1,109 @@
+//! Ctrl-C drains in-flight streams before the process exits (the real binary, a real signal).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use serde_json::json;
+
+use crate::common::hello;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigint_drains_an_open_stream_then_exits() {
+    let mock = mock_provider::MockProvider::start().await;
+    let listen = gateway::server::free_local_addr();
+    let dir = std::env::temp_dir().join(format!("gw-shutdown-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("gateway.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen: {listen}\nthreads: 1\nlog: info\nshutdown: {{drain_timeout_secs: 20}}\nproviders:\n  - {{slug: mock, provider: openai, api_key: k, custom_host: \"{}\"}}\n",
+            mock.base_url()
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gateway"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the gateway binary");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while std::net::TcpStream::connect(listen).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the binary did not start listening"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+
+    let client = reqwest::Client::new();
+    let mut body = hello("x");
+    body["stream"] = json!(true);
+    let resp = client
+        .post(format!("http://{listen}/v1/chat/completions"))
+        .header("x-gw-provider", "@mock")
+        .header("x-mock-words", "10")
+        .header("x-mock-chunk-delay-ms", "100")
+        .header("x-gw-forward-headers", "x-mock-words,x-mock-chunk-delay-ms")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let mut stream = resp.bytes_stream();
+    let mut text = String::from_utf8(stream.next().await.unwrap().unwrap().to_vec()).unwrap();
+
+    let interrupted_at = Instant::now();
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+
+    // The open stream runs to its end...
+    while let Some(piece) = stream.next().await {
+        text.push_str(std::str::from_utf8(&piece.unwrap()).unwrap());
+    }
+    assert!(
+        text.ends_with("data: [DONE]\n\n"),
+        "the stream was cut: {text}"
+    );
+
+    // ...new connections are refused while draining or after...
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        client
+            .get(format!("http://{listen}/health"))
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await
+            .is_err(),
+        "the gateway still accepts requests after Ctrl-C"
+    );
+
+    // ...and the process exits cleanly soon after the last stream, not after the 20 s window.
+    let exit = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            interrupted_at.elapsed() < Duration::from_secs(10),
+            "the gateway did not exit after draining"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(exit.success(), "{exit:?}");
+    let log: Vec<String> = BufReader::new(child.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .collect();
+    assert!(
+        log.iter()
+            .any(|l| l.contains("request") && l.contains("chat.completions")),
+        "no request log line in {log:?}"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
