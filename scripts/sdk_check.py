@@ -1,0 +1,98 @@
+"""The OpenAI Python SDK against the gateway: every first-class route, plain and streamed.
+
+Prints one line per check and a closing 'N passed, N failed' line; exits 1 on any failure.
+"""
+import os
+import sys
+
+import openai
+from openai import OpenAI
+
+client = OpenAI(
+    base_url=os.environ["GW_URL"],
+    api_key="unused-the-saved-provider-has-the-key",
+    default_headers={"x-gw-provider": "@mock"},
+)
+passed = failed = 0
+
+
+def check(name, fn):
+    global passed, failed
+    try:
+        fn()
+        print(f"ok   {name}")
+        passed += 1
+    except Exception as e:  # report every failure, keep going
+        print(f"FAIL {name}: {e!r}")
+        failed += 1
+
+
+def chat():
+    r = client.chat.completions.create(
+        model="gpt-sdk", messages=[{"role": "user", "content": "hello sdk"}], n=2
+    )
+    assert r.choices[0].message.content == "mock reply to: hello sdk", r
+    assert len(r.choices) == 2 and r.model == "gpt-sdk"
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens > 0
+
+
+def chat_stream():
+    stream = client.chat.completions.create(
+        model="gpt-sdk",
+        messages=[{"role": "user", "content": "stream this"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    text, usage = "", None
+    for chunk in stream:
+        if chunk.choices and chunk.choices[0].delta.content:
+            text += chunk.choices[0].delta.content
+        if chunk.usage:
+            usage = chunk.usage
+    assert text == "mock reply to: stream this", text
+    assert usage is not None and usage.completion_tokens > 0
+
+
+def tools():
+    r = client.chat.completions.create(
+        model="gpt-sdk",
+        messages=[{"role": "user", "content": "weather in Oslo?"}],
+        tools=[{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}],
+    )
+    call = r.choices[0].message.tool_calls[0]
+    assert call.function.name == "get_weather" and r.choices[0].finish_reason == "tool_calls"
+
+
+def embeddings():
+    r = client.embeddings.create(model="emb", input=["a b", "c"], dimensions=5)
+    assert len(r.data) == 2 and len(r.data[0].embedding) == 5, r
+    assert r.usage.prompt_tokens == 3
+
+
+def moderations():
+    r = client.moderations.create(model="text-moderation-latest", input="I hate this attack")
+    assert r.results[0].flagged and r.results[0].categories.violence
+
+
+def validation_error():
+    try:
+        client.chat.completions.create(
+            model="gpt-sdk", messages=[{"role": "user", "content": "x"}], temperature=3
+        )
+    except openai.BadRequestError as e:
+        assert e.status_code == 400 and e.body["param"] == "temperature", e.body
+        return
+    raise AssertionError("temperature=3 was accepted")
+
+
+for name, fn in [
+    ("chat", chat),
+    ("chat stream", chat_stream),
+    ("tool calls", tools),
+    ("embeddings", embeddings),
+    ("moderations", moderations),
+    ("validation error", validation_error),
+]:
+    check(name, fn)
+print(f"sdk-check: {passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
