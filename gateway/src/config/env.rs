@@ -9,7 +9,7 @@ use plugin_sdk::ConfigIssue;
 pub fn expand(value: &mut Value, path: &str, issues: &mut Vec<ConfigIssue>) {
     match value {
         Value::String(s) if s.contains("${") => match expand_str(s) {
-            Ok(expanded) => *s = expanded,
+            Ok(expanded) => *value = typed(s, expanded),
             Err(message) => issues.push(ConfigIssue::new(path, message)),
         },
         Value::Array(items) => {
@@ -29,6 +29,24 @@ pub fn expand(value: &mut Value, path: &str, issues: &mut Vec<ConfigIssue>) {
         }
         _ => {}
     }
+}
+
+/// A value that is one whole `${...}` takes the type its text has (`threads: ${THREADS}` is a
+/// number); anything else stays a string.
+fn typed(original: &str, expanded: String) -> Value {
+    let whole = original.starts_with("${") && original.find('}') == Some(original.len() - 1);
+    if whole {
+        if let Ok(n) = expanded.parse::<u64>() {
+            return Value::from(n);
+        }
+        if let Ok(n) = expanded.parse::<i64>() {
+            return Value::from(n);
+        }
+        if let Ok(b) = expanded.parse::<bool>() {
+            return Value::Bool(b);
+        }
+    }
+    Value::String(expanded)
 }
 
 fn expand_str(s: &str) -> Result<String, String> {
@@ -74,6 +92,10 @@ mod tests {
         assert_eq!(expand_str("${GW_SURELY_UNSET_VAR:-}").unwrap(), "");
         assert!(expand_str("${GW_SURELY_UNSET_VAR}").is_err());
         assert!(expand_str("${oops").is_err());
+        let mut v = serde_json::json!({"a": "${GW_SURELY_UNSET_VAR:-8}", "b": "x${GW_SURELY_UNSET_VAR:-8}", "c": "${GW_SURELY_UNSET_VAR:-true}"});
+        let mut issues = Vec::new();
+        expand(&mut v, "", &mut issues);
+        assert_eq!(v, serde_json::json!({"a": 8, "b": "x8", "c": true}));
         let mut v = serde_json::json!({"providers": [{"api_key": "${GW_SURELY_UNSET_VAR}"}]});
         let mut issues = Vec::new();
         expand(&mut v, "", &mut issues);
