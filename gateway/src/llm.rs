@@ -37,7 +37,7 @@ const PROVIDER_HEADERS: &[&str] = &[
 pub async fn handle(gw: &Gateway, session: &mut Session, cx: &mut RequestCx) {
     if let Err(e) = run(gw, session, cx).await {
         if session.response_written().is_none() {
-            respond::error(session, Some(cx), &e).await;
+            Box::pin(respond::error(session, Some(cx), &e)).await;
         } else {
             cx.response.error = Some(e.message);
         }
@@ -48,19 +48,19 @@ async fn run(gw: &Gateway, session: &mut Session, cx: &mut RequestCx) -> Result<
     if cx.route == Route::FineTuningJobs {
         request::check_fine_tuning_query(cx.query.as_deref())?;
     } else {
-        cx.body = request::read_body(session, gw.config.max_body_bytes).await?;
+        cx.body = Box::pin(request::read_body(session, gw.config.max_body_bytes)).await?;
     }
     cx.request = LlmRequest::decode(cx.route, &cx.body)?;
 
     if let Flow::Respond(r) = gw.pipeline.on_request(cx).await? {
-        respond::plugin(session, cx, r).await;
+        Box::pin(respond::plugin(session, cx, r)).await;
         return Ok(());
     }
     let plan = cx.plan.clone().ok_or_else(|| {
         GatewayError::internal("no provider was selected: the pipeline needs provider_select")
     })?;
     let target = routing::plan_target(&plan)?;
-    attempt(gw, session, cx, target).await
+    Box::pin(attempt(gw, session, cx, target)).await
 }
 
 /// What the upstream answered, ready to be relayed.
@@ -76,7 +76,7 @@ async fn attempt(
     mut target: Target,
 ) -> Result<(), GatewayError> {
     if let Flow::Respond(r) = gw.pipeline.on_route(cx, &mut target).await? {
-        respond::plugin(session, cx, r).await;
+        Box::pin(respond::plugin(session, cx, r)).await;
         return Ok(());
     }
     let resolved = routing::resolve(target, &gw.config.provider_base_urls)?;
@@ -88,7 +88,7 @@ async fn attempt(
         .on_upstream_request(cx, &mut upstream_request)
         .await?
     {
-        respond::plugin(session, cx, r).await;
+        Box::pin(respond::plugin(session, cx, r)).await;
         return Ok(());
     }
     let (endpoint, header) = pingora_request(&upstream_request, &resolved.endpoint)?;
@@ -105,28 +105,27 @@ async fn attempt(
         let body = exchange.read_to_end(MAX_ANSWER_BYTES).await?;
         Ok(Answer::Whole(exchange, body))
     };
-    let bounded = async {
+    // Boxed so that this function's own state stays small (it is moved and boxed per request).
+    let bounded = Box::pin(async {
         match timeout_ms {
             Some(ms) => tokio::time::timeout(Duration::from_millis(ms), call)
                 .await
                 .unwrap_or_else(|_| Err(request_timeout(ms))),
             None => call.await,
         }
+    });
+    let Some(answer) = unless_client_leaves(session, bounded).await else {
+        cx.response.error = Some("the client closed the connection".into());
+        return Ok(());
     };
-    let answer = tokio::select! {
-        answer = bounded => answer?,
-        () = client_gone(session) => {
-            cx.response.error = Some("the client closed the connection".into());
-            return Ok(());
-        }
-    };
+    let answer = answer?;
 
     match answer {
         Answer::Whole(exchange, body) => {
             cx.response.upstream_latency = Some(exchange.latency);
             let status = exchange.header().status;
             let headers = relayable_headers(&exchange.header().headers);
-            gw.upstream.release(exchange).await;
+            Box::pin(gw.upstream.release(exchange)).await;
             if !status.is_success() {
                 return Err(provider_error(resolved.spec.id, status.as_u16(), &body));
             }
@@ -139,13 +138,14 @@ async fn attempt(
                 body,
             };
             if let Flow::Respond(r) = gw.pipeline.on_response(cx, &mut parts).await? {
-                respond::plugin(session, cx, r).await;
+                Box::pin(respond::plugin(session, cx, r)).await;
                 return Ok(());
             }
-            write_whole(session, cx, parts).await;
+            Box::pin(write_whole(session, cx, parts)).await;
             Ok(())
         }
-        Answer::Stream(exchange) => relay_stream(gw, session, cx, exchange).await,
+        // Boxed: only streams pay for the relay's state.
+        Answer::Stream(exchange) => Box::pin(relay_stream(gw, session, cx, exchange)).await,
     }
 }
 
@@ -426,6 +426,24 @@ fn note_stream_usage(cx: &mut RequestCx, events: &[u8]) {
         if usage.is_some() {
             cx.response.usage = usage;
         }
+    }
+}
+
+/// How long an upstream call runs before the client-disconnect watch is armed. Arming it costs
+/// more than a fast answer takes, and a client that leaves within this window wastes little.
+const WATCH_CLIENT_AFTER: Duration = Duration::from_millis(20);
+
+/// Runs `work` to completion, or returns `None` as soon as the client has gone.
+async fn unless_client_leaves<T>(
+    session: &mut Session,
+    mut work: std::pin::Pin<Box<impl std::future::Future<Output = T>>>,
+) -> Option<T> {
+    if let Ok(done) = tokio::time::timeout(WATCH_CLIENT_AFTER, &mut work).await {
+        return Some(done);
+    }
+    tokio::select! {
+        done = &mut work => Some(done),
+        () = client_gone(session) => None,
     }
 }
 

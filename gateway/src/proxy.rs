@@ -81,7 +81,9 @@ impl ProxyHttp for GatewayProxy {
             return Ok(true);
         }
         if route != Route::Passthrough {
-            crate::llm::handle(&self.gw, session, cx).await;
+            // Boxed: the handler's state would otherwise be part of this future, which
+            // Pingora boxes (and so copies) on every request.
+            Box::pin(crate::llm::handle(&self.gw, session, cx)).await;
             return Ok(true);
         }
         match passthrough::prepare(&self.gw, cx).await {

@@ -94,57 +94,89 @@ pub struct GwHeaders {
 
 impl GwHeaders {
     /// Parses the gateway headers; a malformed value is a 400 that names the header.
+    ///
+    /// One pass over the request's headers (most of which are not the gateway's), so the cost
+    /// does not grow with the number of gateway headers known.
     pub fn parse(headers: &HeaderMap) -> Result<GwHeaders, GatewayError> {
-        let text = |h: GwHeader| h.get(headers).map(str::to_owned);
-        Ok(GwHeaders {
-            api_key: text(GwHeader::API_KEY),
-            provider: text(GwHeader::PROVIDER),
-            virtual_key: text(GwHeader::VIRTUAL_KEY),
-            config: text(GwHeader::CONFIG),
-            custom_host: text(GwHeader::CUSTOM_HOST),
-            trace_id: text(GwHeader::TRACE_ID),
-            metadata: match GwHeader::METADATA.get(headers) {
-                Some(raw) => parse_metadata(raw)?,
-                None => BTreeMap::new(),
-            },
-            cache_namespace: text(GwHeader::CACHE_NAMESPACE),
-            cache_force_refresh: parse_bool(GwHeader::CACHE_FORCE_REFRESH, headers)?
-                .unwrap_or(false),
-            request_timeout_ms: match GwHeader::REQUEST_TIMEOUT.get(headers) {
-                Some(raw) => Some(raw.parse::<u64>().ok().filter(|ms| *ms > 0).ok_or_else(
-                    || {
-                        GatewayError::invalid_param(
-                            GwHeader::REQUEST_TIMEOUT.primary,
-                            format!(
-                                "{} must be a positive integer number of milliseconds, got {raw:?}",
-                                GwHeader::REQUEST_TIMEOUT.primary
-                            ),
-                        )
-                    },
-                )?),
-                None => None,
-            },
-            forward_headers: match GwHeader::FORWARD_HEADERS.get(headers) {
-                Some(raw) => parse_header_list(raw)?,
-                None => Vec::new(),
-            },
-            span_id: text(GwHeader::SPAN_ID),
-            parent_span_id: text(GwHeader::PARENT_SPAN_ID),
-            span_name: text(GwHeader::SPAN_NAME),
-            strict_openai_compliance: parse_bool(GwHeader::STRICT_OPENAI_COMPLIANCE, headers)?,
-        })
+        let mut gw = GwHeaders::default();
+        // The x-gw- spelling wins over x-portkey-: remember which one set each field.
+        let mut from_primary = [false; GwHeader::ALL.len()];
+        for (name, value) in headers {
+            let name = name.as_str();
+            let (suffix, primary) = if let Some(s) = name.strip_prefix("x-gw-") {
+                (s, true)
+            } else if let Some(s) = name.strip_prefix("x-portkey-") {
+                (s, false)
+            } else {
+                continue;
+            };
+            let Some(index) = GwHeader::ALL.iter().position(|h| h.suffix == suffix) else {
+                continue;
+            };
+            if from_primary[index] && !primary {
+                continue;
+            }
+            let Some(value) = value.to_str().ok().map(str::trim).filter(|v| !v.is_empty()) else {
+                continue;
+            };
+            from_primary[index] = primary;
+            gw.set(GwHeader::ALL[index], value)?;
+        }
+        Ok(gw)
+    }
+
+    fn set(&mut self, header: GwHeader, value: &str) -> Result<(), GatewayError> {
+        let text = Some(value.to_owned());
+        match header {
+            GwHeader::API_KEY => self.api_key = text,
+            GwHeader::PROVIDER => self.provider = text,
+            GwHeader::VIRTUAL_KEY => self.virtual_key = text,
+            GwHeader::CONFIG => self.config = text,
+            GwHeader::CUSTOM_HOST => self.custom_host = text,
+            GwHeader::TRACE_ID => self.trace_id = text,
+            GwHeader::METADATA => self.metadata = parse_metadata(value)?,
+            GwHeader::CACHE_NAMESPACE => self.cache_namespace = text,
+            GwHeader::CACHE_FORCE_REFRESH => self.cache_force_refresh = parse_bool(header, value)?,
+            GwHeader::REQUEST_TIMEOUT => {
+                self.request_timeout_ms = Some(
+                    value
+                        .parse::<u64>()
+                        .ok()
+                        .filter(|ms| *ms > 0)
+                        .ok_or_else(|| {
+                            GatewayError::invalid_param(
+                                header.primary,
+                                format!(
+                            "{} must be a positive integer number of milliseconds, got {value:?}",
+                            header.primary
+                        ),
+                            )
+                        })?,
+                )
+            }
+            GwHeader::FORWARD_HEADERS => self.forward_headers = parse_header_list(value)?,
+            GwHeader::SPAN_ID => self.span_id = text,
+            GwHeader::PARENT_SPAN_ID => self.parent_span_id = text,
+            GwHeader::SPAN_NAME => self.span_name = text,
+            GwHeader::STRICT_OPENAI_COMPLIANCE => {
+                self.strict_openai_compliance = Some(parse_bool(header, value)?)
+            }
+            _ => {}
+        }
+        Ok(())
     }
 }
 
-fn parse_bool(header: GwHeader, headers: &HeaderMap) -> Result<Option<bool>, GatewayError> {
-    match header.get(headers) {
-        None => Ok(None),
-        Some(v) if v.eq_ignore_ascii_case("true") => Ok(Some(true)),
-        Some(v) if v.eq_ignore_ascii_case("false") => Ok(Some(false)),
-        Some(v) => Err(GatewayError::invalid_param(
+fn parse_bool(header: GwHeader, value: &str) -> Result<bool, GatewayError> {
+    if value.eq_ignore_ascii_case("true") {
+        Ok(true)
+    } else if value.eq_ignore_ascii_case("false") {
+        Ok(false)
+    } else {
+        Err(GatewayError::invalid_param(
             header.primary,
-            format!("{} must be true or false, got {v:?}", header.primary),
-        )),
+            format!("{} must be true or false, got {value:?}", header.primary),
+        ))
     }
 }
 
@@ -219,6 +251,11 @@ mod tests {
         assert_eq!(gw.provider.as_deref(), Some("groq"));
         assert_eq!(gw.trace_id.as_deref(), Some("t1"));
         let h = map(&[("x-portkey-provider", "groq"), ("x-gw-provider", "openai")]);
+        assert_eq!(
+            GwHeaders::parse(&h).unwrap().provider.as_deref(),
+            Some("openai")
+        );
+        let h = map(&[("x-gw-provider", "openai"), ("x-portkey-provider", "groq")]);
         assert_eq!(
             GwHeaders::parse(&h).unwrap().provider.as_deref(),
             Some("openai")

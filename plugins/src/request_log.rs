@@ -1,7 +1,7 @@
 //! `request_log`: one structured `tracing` event per request, emitted in `on_log`.
 //!
-//! Fields: trace id, span ids, route, method, path, provider, model, status, latency (ms),
-//! upstream latency (ms), prompt and completion tokens, streamed, cache status, retries, error.
+//! Fields: trace id, span ids, route, method, path, provider, model, status, latency (us),
+//! upstream latency (us), prompt and completion tokens, streamed, cache status, retries, error.
 //! Nothing secret is logged: no keys, no bodies.
 
 use std::sync::Arc;
@@ -68,8 +68,8 @@ macro_rules! request_event {
             provider = r.provider.as_deref().unwrap_or("-"),
             model = r.model.as_deref().or(cx.requested_model()).unwrap_or("-"),
             status = r.status.unwrap_or(0),
-            latency_ms = cx.started.elapsed().as_secs_f64() * 1000.0,
-            upstream_ms = r.upstream_latency.map(|d| d.as_secs_f64() * 1000.0),
+            latency_us = cx.started.elapsed().as_micros() as u64,
+            upstream_us = r.upstream_latency.map(|d| d.as_micros() as u64),
             prompt_tokens = usage.prompt_tokens,
             completion_tokens = usage.completion_tokens,
             streamed = r.streamed,

@@ -44,7 +44,40 @@ struct WireUsage {
 }
 
 /// The model and usage of a complete JSON answer, when it has them.
+///
+/// Both are read where their keys stand (`usage` is near the end of an answer whose choices
+/// may be long) and the whole answer is parsed only when that fails.
 pub fn summarize_answer(body: &[u8]) -> (Option<String>, Option<Usage>) {
+    if let (Some(model), Some(usage)) = (
+        value_after::<String>(body, b"\"model\":"),
+        value_after::<WireUsage>(body, b"\"usage\":"),
+    ) {
+        return (
+            Some(model),
+            Some(Usage {
+                prompt_tokens: usage.prompt_tokens,
+                completion_tokens: usage.completion_tokens,
+            }),
+        );
+    }
+    full_summary(body)
+}
+
+/// The JSON value after the last unescaped `key` in `body`, if it parses as `T`. A key inside a
+/// string value cannot match: its quotes would be escaped.
+fn value_after<T: serde::de::DeserializeOwned>(body: &[u8], key: &[u8]) -> Option<T> {
+    let at = memchr::memmem::rfind(body, key)?;
+    if at > 0 && body[at - 1] == b'\\' {
+        return None;
+    }
+    let rest = &body[at + key.len()..];
+    serde_json::Deserializer::from_slice(rest)
+        .into_iter::<T>()
+        .next()?
+        .ok()
+}
+
+fn full_summary(body: &[u8]) -> (Option<String>, Option<Usage>) {
     match serde_json::from_slice::<AnswerSummary>(body) {
         Ok(s) => (
             s.model,
@@ -62,7 +95,7 @@ pub fn summarize_chunk(data: &[u8]) -> (Option<String>, Option<Usage>) {
     if data == b"[DONE]" {
         return (None, None);
     }
-    summarize_answer(data)
+    full_summary(data)
 }
 
 #[cfg(test)]
@@ -105,5 +138,19 @@ mod tests {
         );
         assert_eq!(summarize_chunk(b"[DONE]"), (None, None));
         assert_eq!(summarize_answer(b"not json"), (None, None));
+        // A key-like text inside content does not confuse it.
+        let tricky = br#"{"model":"m","choices":[{"message":{"content":"say \"usage\": {}"}}],"usage":{"prompt_tokens":1,"completion_tokens":2}}"#;
+        assert_eq!(
+            summarize_answer(tricky).1.unwrap(),
+            Usage {
+                prompt_tokens: 1,
+                completion_tokens: 2
+            }
+        );
+        // Without usage, the model still comes back.
+        assert_eq!(
+            summarize_answer(br#"{"model":"m","data":[]}"#),
+            (Some("m".into()), None)
+        );
     }
 }

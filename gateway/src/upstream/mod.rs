@@ -12,9 +12,9 @@ mod endpoint;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use pingora::connectors::http::Connector;
+use pingora::connectors::http::v1::Connector;
 use pingora::http::{RequestHeader, ResponseHeader};
-use pingora::protocols::http::client::HttpSession;
+use pingora::protocols::http::v1::client::HttpSession;
 use pingora::upstreams::peer::HttpPeer;
 
 use plugin_sdk::{ErrorKind, GatewayError};
@@ -55,7 +55,9 @@ pub struct Upstream {
 
 /// An exchange whose response header has arrived; the body is read from it.
 pub struct Exchange {
-    session: HttpSession,
+    // Boxed, like every large piece of the request path: futures that hold it are moved and
+    // boxed per request, and their size is what gets copied.
+    session: Box<HttpSession>,
     peer: HttpPeer,
     /// Time from sending the request to the response header.
     pub latency: Duration,
@@ -93,17 +95,11 @@ impl Upstream {
     ) -> Result<Exchange, GatewayError> {
         let mut stale_retry_left = true;
         loop {
-            let (mut session, reused) =
-                self.connector.get_http_session(&peer).await.map_err(|e| {
-                    GatewayError::new(
-                        ErrorKind::UpstreamUnreachable,
-                        format!("cannot connect to {}: {e}", peer.sni),
-                    )
-                })?;
-            session.set_read_timeout(Some(self.timeouts.read));
-            session.set_write_timeout(Some(self.timeouts.write));
+            let (mut session, reused) = self.connect(&peer, stale_retry_left).await?;
+            session.read_timeout = Some(self.timeouts.read);
+            session.write_timeout = Some(self.timeouts.write);
             let sent_at = Instant::now();
-            match exchange(&mut session, header.clone(), body.clone()).await {
+            match Box::pin(exchange(&mut session, header.clone(), &body)).await {
                 Ok(()) => {
                     return Ok(Exchange {
                         session,
@@ -120,11 +116,34 @@ impl Upstream {
         }
     }
 
+    /// A pooled connection when one is idle (and `pooled_ok`), else a new one. Connecting (TCP,
+    /// TLS) is a large future, boxed so that the common pooled path does not carry its size.
+    async fn connect(
+        &self,
+        peer: &HttpPeer,
+        pooled_ok: bool,
+    ) -> Result<(Box<HttpSession>, bool), GatewayError> {
+        if pooled_ok {
+            if let Some(session) = self.connector.reused_http_session(peer).await {
+                return Ok((Box::new(session), true));
+            }
+        }
+        let (session, reused) = Box::pin(self.connector.get_http_session(peer))
+            .await
+            .map_err(|e| {
+                GatewayError::new(
+                    ErrorKind::UpstreamUnreachable,
+                    format!("cannot connect to {}: {e}", peer.sni),
+                )
+            })?;
+        Ok((Box::new(session), reused))
+    }
+
     /// Returns a finished exchange's connection to the pool.
     pub async fn release(&self, exchange: Exchange) {
         let Exchange { session, peer, .. } = exchange;
         self.connector
-            .release_http_session(session, &peer, Some(self.timeouts.idle))
+            .release_http_session(*session, &peer, Some(self.timeouts.idle))
             .await;
     }
 }
@@ -132,14 +151,15 @@ impl Upstream {
 async fn exchange(
     session: &mut HttpSession,
     header: RequestHeader,
-    body: Bytes,
+    body: &[u8],
 ) -> pingora::Result<()> {
     session.write_request_header(Box::new(header)).await?;
     if !body.is_empty() {
-        session.write_request_body(body, true).await?;
+        session.write_body(body).await?;
     }
-    session.finish_request_body().await?;
-    session.read_response_header().await
+    session.finish_body().await?;
+    session.read_response().await?;
+    Ok(())
 }
 
 fn upstream_io_error(peer: &HttpPeer, e: &pingora::Error) -> GatewayError {
@@ -160,7 +180,7 @@ fn upstream_io_error(peer: &HttpPeer, e: &pingora::Error) -> GatewayError {
 impl Exchange {
     pub fn header(&self) -> &ResponseHeader {
         self.session
-            .response_header()
+            .resp_header()
             .expect("an Exchange exists only after its response header was read")
     }
 
@@ -171,7 +191,7 @@ impl Exchange {
     /// The next piece of the body; `None` at its end.
     pub async fn next_chunk(&mut self) -> Result<Option<Bytes>, GatewayError> {
         self.session
-            .read_response_body()
+            .read_body_bytes()
             .await
             .map_err(|e| upstream_io_error(&self.peer, &e))
     }

@@ -71,6 +71,11 @@ impl LlmRequest {
 /// Deserializes a JSON body; a type error names the field (`messages[0].role`), a syntax error
 /// says where the JSON is broken.
 pub fn decode_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, GatewayError> {
+    // The common case, valid bodies, skips path tracking; a failure is decoded again with it
+    // to name the field.
+    if let Ok(value) = serde_json::from_slice(body) {
+        return Ok(value);
+    }
     let mut de = serde_json::Deserializer::from_slice(body);
     let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
