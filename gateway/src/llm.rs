@@ -362,12 +362,8 @@ async fn relay_stream(
                 splitter.finish()
             }
             Err(e) => {
-                // Headers are gone already: tell the client in-band, then end the stream.
                 cx.response.error = Some(e.message.clone());
-                let event = format!("data: {}\n\n", e.body());
-                let _ = session
-                    .write_response_body(Some(Bytes::from(event)), false)
-                    .await;
+                final_event(session, &e.body().to_string()).await;
                 break;
             }
         };
@@ -382,18 +378,12 @@ async fn relay_stream(
                         .map_err(write_error)?;
                 }
                 Ok(Flow::Respond(r)) => {
-                    let event = format!("data: {}\n\n", String::from_utf8_lossy(&r.body));
-                    let _ = session
-                        .write_response_body(Some(Bytes::from(event)), false)
-                        .await;
+                    final_event(session, &String::from_utf8_lossy(&r.body)).await;
                     break;
                 }
                 Err(e) => {
                     cx.response.error = Some(e.message.clone());
-                    let event = format!("data: {}\n\n", e.body());
-                    let _ = session
-                        .write_response_body(Some(Bytes::from(event)), false)
-                        .await;
+                    final_event(session, &e.body().to_string()).await;
                     break;
                 }
             }
@@ -410,6 +400,13 @@ async fn relay_stream(
         gw.upstream.release(exchange).await;
     }
     Ok(())
+}
+
+/// Ends a stream whose headers are already sent with one last event: the only way left to
+/// tell the client why it ends. A client that is gone cannot be told, so write errors are moot.
+async fn final_event(session: &mut Session, data: &str) {
+    let event = Bytes::from(format!("data: {data}\n\n"));
+    let _ = session.write_response_body(Some(event), false).await;
 }
 
 /// Reads the model and usage out of stream events that carry them.
