@@ -3,6 +3,7 @@
 //! upstream, and the answer is relayed — whole, or as a stream event by event without waiting
 //! for its end.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -79,10 +80,11 @@ async fn attempt(
         Box::pin(respond::plugin(session, cx, r)).await;
         return Ok(());
     }
-    let resolved = routing::resolve(target, &gw.config.provider_base_urls)?;
+    let resolved = routing::resolve(target, &gw.endpoints)?;
     cx.response.provider = Some(resolved.spec.id.to_owned());
 
-    let mut upstream_request = encode(cx, &resolved)?;
+    let (mut upstream_request, path) = encode(cx, &resolved)?;
+    let url_as_built = upstream_request.url.clone();
     if let Flow::Respond(r) = gw
         .pipeline
         .on_upstream_request(cx, &mut upstream_request)
@@ -91,7 +93,22 @@ async fn attempt(
         Box::pin(respond::plugin(session, cx, r)).await;
         return Ok(());
     }
-    let (endpoint, header) = pingora_request(&upstream_request, &resolved.endpoint)?;
+    let (endpoint, header) = if upstream_request.url == url_as_built {
+        (
+            resolved.endpoint.clone(),
+            pingora_request(&upstream_request, &resolved.endpoint, &path)?,
+        )
+    } else {
+        // A plugin sent the request elsewhere.
+        let endpoint =
+            Arc::new(Endpoint::parse(&upstream_request.url).map_err(GatewayError::internal)?);
+        let uri: http::Uri = upstream_request.url.parse().map_err(|e| {
+            GatewayError::internal(format!("bad upstream URL {:?}: {e}", upstream_request.url))
+        })?;
+        let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
+        let header = pingora_request(&upstream_request, &endpoint, &path)?;
+        (endpoint, header)
+    };
     let body = upstream_request.body;
     let wants_stream = cx.request.is_stream();
     let timeout_ms = cx.gw.request_timeout_ms;
@@ -157,16 +174,21 @@ fn request_timeout(ms: u64) -> GatewayError {
     )
 }
 
-/// The request in the target's wire format (OpenAI: the client's bytes, unless overridden).
-fn encode(cx: &RequestCx, resolved: &ResolvedTarget) -> Result<UpstreamRequest, GatewayError> {
+/// The request in the target's wire format (OpenAI: the client's bytes, unless overridden),
+/// and the path and query it goes to.
+fn encode(
+    cx: &RequestCx,
+    resolved: &ResolvedTarget,
+) -> Result<(UpstreamRequest, String), GatewayError> {
     let body = openai::encode_body(&cx.body, &resolved.target.override_params)?;
     let suffix = cx.path.strip_prefix("/v1").unwrap_or(&cx.path);
     let ep = &resolved.endpoint;
+    let path = ep.path_and_query(suffix, cx.query.as_deref());
     let url = format!(
         "{}://{}{}",
         if ep.tls { "https" } else { "http" },
         ep.authority(),
-        ep.path_and_query(suffix, cx.query.as_deref())
+        path
     );
     let mut headers = HeaderMap::with_capacity(8);
     if !body.is_empty() {
@@ -202,29 +224,23 @@ fn encode(cx: &RequestCx, resolved: &ResolvedTarget) -> Result<UpstreamRequest, 
             headers.insert(name, v.clone());
         }
     }
-    Ok(UpstreamRequest {
-        method: cx.method.clone(),
-        url,
-        headers,
-        body,
-    })
+    Ok((
+        UpstreamRequest {
+            method: cx.method.clone(),
+            url,
+            headers,
+            body,
+        },
+        path,
+    ))
 }
 
-/// The Pingora request header for an upstream request (re-reading the URL in case a plugin
-/// changed it).
+/// The Pingora request header for an upstream request.
 fn pingora_request(
     req: &UpstreamRequest,
-    default: &Endpoint,
-) -> Result<(Endpoint, RequestHeader), GatewayError> {
-    let uri: http::Uri = req
-        .url
-        .parse()
-        .map_err(|e| GatewayError::internal(format!("bad upstream URL {:?}: {e}", req.url)))?;
-    let path = uri.path_and_query().map_or("/", |p| p.as_str());
-    let endpoint = match uri.authority() {
-        Some(a) if a.as_str() == default.authority() => default.clone(),
-        _ => Endpoint::parse(&req.url).map_err(GatewayError::internal)?,
-    };
+    endpoint: &Endpoint,
+    path: &str,
+) -> Result<RequestHeader, GatewayError> {
     let to_internal = |e: pingora::BError| GatewayError::internal(e.to_string());
     let mut header = RequestHeader::build(
         req.method.clone(),
@@ -243,7 +259,7 @@ fn pingora_request(
     header
         .insert_header(http::header::CONTENT_LENGTH, req.body.len())
         .map_err(to_internal)?;
-    Ok((endpoint, header))
+    Ok(header)
 }
 
 fn is_event_stream(exchange: &Exchange) -> bool {
@@ -256,17 +272,20 @@ fn is_event_stream(exchange: &Exchange) -> bool {
             .is_some_and(|v| v.starts_with("text/event-stream"))
 }
 
+/// Whether a header of the provider's answer is relayed to the client.
+fn is_relayed(name: &HeaderName) -> bool {
+    !respond::is_hop_by_hop(name)
+        && *name != http::header::CONTENT_LENGTH
+        && !plugin_sdk::headers::is_gateway_header(name)
+}
+
 /// Headers of the provider's answer that are relayed to the client.
 fn relayable_headers(headers: &HeaderMap) -> HeaderMap {
-    headers
-        .iter()
-        .filter(|(name, _)| {
-            !respond::is_hop_by_hop(name)
-                && *name != http::header::CONTENT_LENGTH
-                && !plugin_sdk::headers::is_gateway_header(name)
-        })
-        .map(|(n, v)| (n.clone(), v.clone()))
-        .collect()
+    let mut out = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers.iter().filter(|(n, _)| is_relayed(n)) {
+        out.append(name.clone(), value.clone());
+    }
+    out
 }
 
 /// A provider's error answer in the OpenAI error shape, keeping its status.
@@ -334,7 +353,12 @@ async fn relay_stream(
         |e: pingora::BError| GatewayError::internal(format!("client write failed: {e}"));
 
     let mut h = respond::header(status, Some(cx)).map_err(write_error)?;
-    for (name, value) in relayable_headers(&exchange.header().headers).iter() {
+    for (name, value) in exchange
+        .header()
+        .headers
+        .iter()
+        .filter(|(n, _)| is_relayed(n))
+    {
         h.append_header(name.clone(), value.clone())
             .map_err(write_error)?;
     }

@@ -11,7 +11,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use tracing_subscriber::fmt::MakeWriter;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use tracing::field::{Field, Visit};
+use tracing::{Event, Subscriber};
+use tracing_subscriber::fmt::format::Writer;
+use tracing_subscriber::fmt::{FmtContext, FormatEvent, FormatFields, MakeWriter};
+use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::EnvFilter;
 
 const FLUSH_EVERY: Duration = Duration::from_millis(100);
@@ -128,15 +134,184 @@ pub fn init(spec: &str) -> Result<FlushGuard, String> {
     let result = if json {
         builder.json().flatten_event(true).try_init()
     } else {
-        builder.try_init()
+        builder.event_format(LineFormat).try_init()
     };
     result.map_err(|e| format!("cannot install the logger: {e}"))?;
     Ok(guard)
 }
 
+/// The text line format: `2026-01-02T03:04:05.678901Z  INFO target: message key=value ...`.
+///
+/// Written field by field without the general formatter's machinery, because one request line
+/// per request is on the hot path. Values that are not plain words are quoted and escaped, so a
+/// client-supplied value (a model name, a path) cannot forge a line.
+pub struct LineFormat;
+
+impl<S, N> FormatEvent<S, N> for LineFormat
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        _ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> std::fmt::Result {
+        write_utc_now(&mut writer)?;
+        let meta = event.metadata();
+        write!(writer, " {:>5} {}:", meta.level().as_str(), meta.target())?;
+        let mut fields = LineFields {
+            out: &mut writer,
+            result: Ok(()),
+        };
+        event.record(&mut fields);
+        fields.result?;
+        writer.write_char('\n')
+    }
+}
+
+struct LineFields<'w, 'a> {
+    out: &'w mut Writer<'a>,
+    result: std::fmt::Result,
+}
+
+impl LineFields<'_, '_> {
+    fn key(&mut self, field: &Field) -> std::fmt::Result {
+        self.out.write_char(' ')?;
+        if field.name() != "message" {
+            self.out.write_str(field.name())?;
+            self.out.write_char('=')?;
+        }
+        Ok(())
+    }
+}
+
+impl Visit for LineFields<'_, '_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if self.result.is_ok() {
+            self.result = self.key(field).and_then(|()| {
+                if field.name() == "message" {
+                    self.out.write_str(value)
+                } else {
+                    write_value(self.out, value)
+                }
+            });
+        }
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        if self.result.is_ok() {
+            self.result = self.key(field).and_then(|()| write!(self.out, "{value}"));
+        }
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        if self.result.is_ok() {
+            self.result = self.key(field).and_then(|()| write!(self.out, "{value}"));
+        }
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        if self.result.is_ok() {
+            self.result = self
+                .key(field)
+                .and_then(|()| self.out.write_str(if value { "true" } else { "false" }));
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if self.result.is_ok() {
+            self.result = self.key(field).and_then(|()| {
+                if field.name() == "message" {
+                    write!(self.out, "{value:?}")
+                } else {
+                    let text = format!("{value:?}");
+                    write_value(self.out, &text)
+                }
+            });
+        }
+    }
+}
+
+/// A plain word as it is; anything else quoted, with quotes, backslashes and control characters
+/// escaped.
+fn write_value(out: &mut Writer<'_>, value: &str) -> std::fmt::Result {
+    let plain = !value.is_empty()
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\' && b != b'=');
+    if plain {
+        return out.write_str(value);
+    }
+    out.write_char('"')?;
+    for c in value.chars() {
+        match c {
+            '"' => out.write_str("\\\"")?,
+            '\\' => out.write_str("\\\\")?,
+            '\n' => out.write_str("\\n")?,
+            '\r' => out.write_str("\\r")?,
+            '\t' => out.write_str("\\t")?,
+            c if c.is_control() => write!(out, "\\u{{{:x}}}", c as u32)?,
+            c => out.write_char(c)?,
+        }
+    }
+    out.write_char('"')
+}
+
+/// The current UTC time as RFC 3339 with microseconds.
+fn write_utc_now(out: &mut Writer<'_>) -> std::fmt::Result {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = now.as_secs();
+    let (year, month, day) = civil_from_days((secs / 86_400) as i64);
+    let rem = secs % 86_400;
+    write!(
+        out,
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60,
+        now.subsec_micros()
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar
+/// (Howard Hinnant's `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dates_are_civil() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+        assert_eq!(civil_from_days(20_778), (2026, 11, 21));
+        assert_eq!(civil_from_days(-1), (1969, 12, 31));
+    }
+
+    #[test]
+    fn client_values_cannot_forge_a_line() {
+        let mut out = String::new();
+        write_value(&mut Writer::new(&mut out), "gpt-4o").unwrap();
+        write_value(&mut Writer::new(&mut out), "a b\n INFO fake").unwrap();
+        write_value(&mut Writer::new(&mut out), "").unwrap();
+        assert_eq!(out, "gpt-4o\"a b\\n INFO fake\"\"\"");
+    }
 
     #[test]
     fn lines_are_kept_until_the_batch_is_full_then_dropped_and_counted() {

@@ -15,7 +15,7 @@ use crate::upstream::Endpoint;
 /// Where a passthrough request goes, decided in `request_filter`.
 #[derive(Debug)]
 pub struct PassthroughTarget {
-    pub endpoint: Endpoint,
+    pub endpoint: std::sync::Arc<Endpoint>,
     pub path_and_query: String,
     /// The provider's credential header.
     pub auth: Option<(&'static str, String)>,
@@ -38,7 +38,7 @@ pub async fn prepare(
     if let Flow::Respond(r) = gw.pipeline.on_route(cx, &mut target).await? {
         return Ok(Err(r));
     }
-    let resolved = routing::resolve(target, &gw.config.provider_base_urls)?;
+    let resolved = routing::resolve(target, &gw.endpoints)?;
     cx.response.provider = Some(resolved.spec.id.to_owned());
     let suffix = cx.path.strip_prefix("/v1").unwrap_or(&cx.path);
     Ok(Ok(PassthroughTarget {

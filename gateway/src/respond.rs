@@ -9,8 +9,8 @@ use pingora::proxy::Session;
 
 use plugin_sdk::{GatewayError, PluginResponse, RequestCx};
 
-pub const TRACE_ID: &str = "x-gw-trace-id";
-pub const PROVIDER: &str = "x-gw-provider";
+pub const TRACE_ID: HeaderName = HeaderName::from_static("x-gw-trace-id");
+pub const PROVIDER: HeaderName = HeaderName::from_static("x-gw-provider");
 
 /// A response header with the gateway's own headers set.
 pub fn header(status: StatusCode, cx: Option<&RequestCx>) -> pingora::Result<ResponseHeader> {

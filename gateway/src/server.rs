@@ -18,6 +18,7 @@ use plugin_sdk::BuildCx;
 use crate::config::{ConfigErrors, GatewayConfig};
 use crate::pipeline::Pipeline;
 use crate::proxy::GatewayProxy;
+use crate::routing::Endpoints;
 use crate::stores::{YamlConfigs, YamlProviders};
 use crate::upstream::Upstream;
 
@@ -25,6 +26,7 @@ use crate::upstream::Upstream;
 pub struct Gateway {
     pub config: GatewayConfig,
     pub pipeline: Pipeline,
+    pub endpoints: Endpoints,
     pub upstream: Upstream,
     pub metrics: Registry,
     in_flight: IntGauge,
@@ -60,6 +62,7 @@ impl Gateway {
         let pipeline = Pipeline::build(&config.pipeline, &build)?;
         Ok(Gateway {
             upstream: Upstream::new(config.upstream),
+            endpoints: Endpoints::new(&config.provider_base_urls),
             config,
             pipeline,
             metrics,

@@ -45,12 +45,12 @@ struct WireUsage {
 
 /// The model and usage of a complete JSON answer, when it has them.
 ///
-/// Both are read where their keys stand (`usage` is near the end of an answer whose choices
-/// may be long) and the whole answer is parsed only when that fails.
+/// Both are read where their keys stand (`model` near the start, `usage` near the end of an
+/// answer whose choices may be long) and the whole answer is parsed only when that fails.
 pub fn summarize_answer(body: &[u8]) -> (Option<String>, Option<Usage>) {
     if let (Some(model), Some(usage)) = (
-        value_after::<String>(body, b"\"model\":"),
-        value_after::<WireUsage>(body, b"\"usage\":"),
+        value_after::<String>(body, b"\"model\":", false),
+        value_after::<WireUsage>(body, b"\"usage\":", true),
     ) {
         return (
             Some(model),
@@ -63,10 +63,18 @@ pub fn summarize_answer(body: &[u8]) -> (Option<String>, Option<Usage>) {
     full_summary(body)
 }
 
-/// The JSON value after the last unescaped `key` in `body`, if it parses as `T`. A key inside a
-/// string value cannot match: its quotes would be escaped.
-fn value_after<T: serde::de::DeserializeOwned>(body: &[u8], key: &[u8]) -> Option<T> {
-    let at = memchr::memmem::rfind(body, key)?;
+/// The JSON value after the first (`from_end` false) or last unescaped `key` in `body`, if it
+/// parses as `T`. A key inside a string value cannot match: its quotes would be escaped.
+fn value_after<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    key: &[u8],
+    from_end: bool,
+) -> Option<T> {
+    let at = if from_end {
+        memchr::memmem::rfind(body, key)?
+    } else {
+        memchr::memmem::find(body, key)?
+    };
     if at > 0 && body[at - 1] == b'\\' {
         return None;
     }

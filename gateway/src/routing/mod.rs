@@ -3,7 +3,8 @@
 
 pub mod config;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 
 use plugin_sdk::headers::GwHeader;
 use plugin_sdk::{GatewayError, RoutePlan, Target};
@@ -15,8 +16,52 @@ use crate::upstream::Endpoint;
 #[derive(Debug)]
 pub struct ResolvedTarget {
     pub spec: &'static ProviderSpec,
-    pub endpoint: Endpoint,
+    pub endpoint: Arc<Endpoint>,
     pub target: Target,
+}
+
+/// The endpoints of providers: the operator's base URLs, and the custom hosts seen in requests
+/// and saved providers, parsed once. The cache of custom hosts is bounded (they come from
+/// clients): when full it starts over.
+pub struct Endpoints {
+    base_urls: BTreeMap<String, Arc<Endpoint>>,
+    custom: Mutex<HashMap<String, Arc<Endpoint>>>,
+}
+
+const CUSTOM_HOSTS_KEPT: usize = 1024;
+
+impl Endpoints {
+    pub fn new(base_urls: &BTreeMap<String, Endpoint>) -> Self {
+        let mut table: BTreeMap<String, Arc<Endpoint>> = base_urls
+            .iter()
+            .map(|(id, ep)| (id.clone(), Arc::new(ep.clone())))
+            .collect();
+        for spec in table::PROVIDERS {
+            if !table.contains_key(spec.id) {
+                if let Ok(ep) = Endpoint::parse(spec.base_url) {
+                    table.insert(spec.id.to_owned(), Arc::new(ep));
+                }
+            }
+        }
+        Endpoints {
+            base_urls: table,
+            custom: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn custom(&self, url: &str) -> Result<Arc<Endpoint>, GatewayError> {
+        if let Some(ep) = self.custom.lock().ok().and_then(|c| c.get(url).cloned()) {
+            return Ok(ep);
+        }
+        let ep = Arc::new(Endpoint::parse_param(url, GwHeader::CUSTOM_HOST.primary)?);
+        if let Ok(mut cache) = self.custom.lock() {
+            if cache.len() >= CUSTOM_HOSTS_KEPT {
+                cache.clear();
+            }
+            cache.insert(url.to_owned(), ep.clone());
+        }
+        Ok(ep)
+    }
 }
 
 impl ResolvedTarget {
@@ -43,10 +88,7 @@ pub fn plan_target(plan: &RoutePlan) -> Result<Target, GatewayError> {
 /// Binds a target to its provider row and endpoint (its custom host, else the operator's base
 /// URL for the provider, else the table's); unknown providers and bad hosts are 400s, a missing
 /// key a 401, each saying what to send.
-pub fn resolve(
-    target: Target,
-    base_urls: &BTreeMap<String, Endpoint>,
-) -> Result<ResolvedTarget, GatewayError> {
+pub fn resolve(target: Target, endpoints: &Endpoints) -> Result<ResolvedTarget, GatewayError> {
     let spec = table::find(&target.provider).ok_or_else(|| {
         GatewayError::invalid_param(
             GwHeader::PROVIDER.primary,
@@ -58,11 +100,12 @@ pub fn resolve(
         )
     })?;
     let endpoint = match &target.custom_host {
-        Some(host) => Endpoint::parse_param(host, GwHeader::CUSTOM_HOST.primary)?,
-        None => match base_urls.get(spec.id) {
-            Some(ep) => ep.clone(),
-            None => Endpoint::parse(spec.base_url).map_err(GatewayError::internal)?,
-        },
+        Some(host) => endpoints.custom(host)?,
+        None => endpoints
+            .base_urls
+            .get(spec.id)
+            .cloned()
+            .ok_or_else(|| GatewayError::internal(format!("no base URL for {}", spec.id)))?,
     };
     if target.api_key.is_none() && spec.auth != AuthStyle::OptionalBearer {
         return Err(GatewayError::new(

@@ -12,6 +12,8 @@ pub struct Endpoint {
     pub port: u16,
     /// The path prefix, without a trailing slash (`/v1`, or empty).
     pub base_path: String,
+    /// The `Host` header value, computed once.
+    authority: String,
 }
 
 impl Endpoint {
@@ -36,9 +38,11 @@ impl Endpoint {
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_owned();
+        let port = uri.port_u16().unwrap_or(if tls { 443 } else { 80 });
         Ok(Endpoint {
+            authority: authority(&host, port, tls),
             tls,
-            port: uri.port_u16().unwrap_or(if tls { 443 } else { 80 }),
+            port,
             host,
             base_path: uri.path().trim_end_matches('/').to_owned(),
         })
@@ -50,18 +54,8 @@ impl Endpoint {
     }
 
     /// The `Host` header value.
-    pub fn authority(&self) -> String {
-        let host = if self.host.contains(':') {
-            format!("[{}]", self.host)
-        } else {
-            self.host.clone()
-        };
-        let default_port = if self.tls { 443 } else { 80 };
-        if self.port == default_port {
-            host
-        } else {
-            format!("{host}:{}", self.port)
-        }
+    pub fn authority(&self) -> &str {
+        &self.authority
     }
 
     /// The request target for a path below the base path (`/chat/completions`) and a query.
@@ -80,6 +74,19 @@ impl Endpoint {
     }
 }
 
+fn authority(host: &str, port: u16, tls: bool) -> String {
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    };
+    if port == if tls { 443 } else { 80 } {
+        host
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -88,13 +95,8 @@ mod tests {
     fn parses_base_urls() {
         let e = Endpoint::parse("https://api.groq.com/openai/v1/").unwrap();
         assert_eq!(
-            e,
-            Endpoint {
-                tls: true,
-                host: "api.groq.com".into(),
-                port: 443,
-                base_path: "/openai/v1".into()
-            }
+            (e.tls, e.host.as_str(), e.port, e.base_path.as_str()),
+            (true, "api.groq.com", 443, "/openai/v1")
         );
         assert_eq!(e.authority(), "api.groq.com");
         assert_eq!(
