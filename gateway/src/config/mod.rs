@@ -124,13 +124,10 @@ impl GatewayConfig {
 }
 
 fn validate(json: Value, overrides: &Overrides) -> Result<GatewayConfig, ConfigErrors> {
-    let raw: raw::RawGatewayConfig = serde_path_to_error::deserialize(json).map_err(|e| {
-        let path = e.path().to_string();
-        ConfigErrors(vec![ConfigIssue::new(
-            if path == "." { String::new() } else { path },
-            e.into_inner().to_string(),
-        )])
-    })?;
+    let raw: raw::RawGatewayConfig = match serde_path_to_error::deserialize(&json) {
+        Ok(raw) => raw,
+        Err(_) => return Err(ConfigErrors(top_level_issues(&json))),
+    };
     let mut issues = Vec::new();
 
     let listen_text = overrides.listen.clone().unwrap_or(raw.listen);
@@ -321,6 +318,32 @@ fn validate(json: Value, overrides: &Overrides) -> Result<GatewayConfig, ConfigE
     })
 }
 
+/// One issue per bad top-level key (serde stops at the first): every field has a default, so
+/// each key can be checked on its own.
+fn top_level_issues(json: &Value) -> Vec<ConfigIssue> {
+    let issue = |e: serde_path_to_error::Error<serde_json::Error>| {
+        let path = e.path().to_string();
+        ConfigIssue::new(
+            if path == "." { String::new() } else { path },
+            e.into_inner().to_string(),
+        )
+    };
+    let Value::Object(map) = json else {
+        return match serde_path_to_error::deserialize::<_, raw::RawGatewayConfig>(json) {
+            Err(e) => vec![issue(e)],
+            Ok(_) => Vec::new(),
+        };
+    };
+    map.iter()
+        .filter_map(|(key, value)| {
+            let alone = Value::Object([(key.clone(), value.clone())].into_iter().collect());
+            serde_path_to_error::deserialize::<_, raw::RawGatewayConfig>(&alone)
+                .err()
+                .map(issue)
+        })
+        .collect()
+}
+
 /// The pipeline used when the file has none.
 fn default_pipeline() -> Vec<Value> {
     ["provider_select", "request_log", "metrics"]
@@ -448,6 +471,16 @@ pipeline:
             paths("upstream: {connect_timeout_ms: 0}"),
             vec!["upstream.connect_timeout_ms"]
         );
+    }
+
+    #[test]
+    fn every_bad_top_level_key_is_reported() {
+        let found = paths("threads: many\nmax_body_byts: 1\nupstream: {raed_timeout_ms: 1}\nlisten: 127.0.0.1:1\n");
+        assert_eq!(
+            found,
+            vec!["max_body_byts", "threads", "upstream.raed_timeout_ms"]
+        );
+        assert_eq!(paths("[1, 2]").len(), 1);
     }
 
     #[test]

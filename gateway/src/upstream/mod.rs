@@ -133,7 +133,12 @@ impl Upstream {
             .map_err(|e| {
                 GatewayError::new(
                     ErrorKind::UpstreamUnreachable,
-                    format!("cannot connect to {}: {e}", peer.sni),
+                    format!(
+                        "cannot connect to {} ({}): {}",
+                        peer.sni,
+                        peer._address,
+                        connect_failure(&e)
+                    ),
                 )
             })?;
         Ok((Box::new(session), reused))
@@ -160,6 +165,18 @@ async fn exchange(
     session.finish_body().await?;
     session.read_response().await?;
     Ok(())
+}
+
+/// A short reason for a failed connection, without Pingora's internal context.
+fn connect_failure(e: &pingora::Error) -> String {
+    match e.etype() {
+        pingora::ErrorType::ConnectRefused => "connection refused".into(),
+        pingora::ErrorType::ConnectTimedout => "connection timed out".into(),
+        pingora::ErrorType::ConnectNoRoute => "no route to host".into(),
+        pingora::ErrorType::TLSHandshakeFailure => "TLS handshake failed".into(),
+        pingora::ErrorType::TLSHandshakeTimedout => "TLS handshake timed out".into(),
+        _ => e.etype().as_str().to_owned(),
+    }
 }
 
 fn upstream_io_error(peer: &HttpPeer, e: &pingora::Error) -> GatewayError {

@@ -31,7 +31,14 @@ async fn unresolvable_and_unreachable_hosts_are_502s() {
 
     let closed = gateway::server::free_local_addr();
     let resp = chat_via_custom_host(&env, &format!("http://{closed}/v1")).await;
-    expect_error(resp, 502, None).await;
+    let body = expect_error(resp, 502, None).await;
+    assert_eq!(
+        body["error"]["message"],
+        format!(
+            "cannot connect to {} ({closed}): connection refused",
+            closed.ip()
+        )
+    );
 
     // Passthrough too.
     let resp = env
