@@ -60,7 +60,7 @@ async fn run(gw: &Gateway, session: &mut Session, cx: &mut RequestCx) -> Result<
     let plan = cx.plan.clone().ok_or_else(|| {
         GatewayError::internal("no provider was selected: the pipeline needs provider_select")
     })?;
-    let target = routing::plan_target(&plan)?;
+    let target = routing::plan_target(&plan, gw.providers.as_ref())?;
     Box::pin(attempt(gw, session, cx, target)).await
 }
 

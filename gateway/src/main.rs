@@ -12,6 +12,7 @@ use clap::{Args, Parser, Subcommand};
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use gateway::config::{GatewayConfig, Overrides};
+use gateway::routing::config::RoutingConfig;
 use gateway::server::{run_until_signal, Gateway};
 use plugin_sdk::PluginDescriptor;
 
@@ -102,6 +103,26 @@ fn main() -> ExitCode {
 
 fn config_check(file: &std::path::Path) -> ExitCode {
     plugins::link();
+    if let Some(routing) = read_routing_config(file) {
+        return match RoutingConfig::parse(&routing) {
+            Ok(_) => {
+                println!("{}: ok (routing config)", file.display());
+                ExitCode::SUCCESS
+            }
+            Err(problems) => {
+                for p in &problems {
+                    let path = if p.path.is_empty() {
+                        "(config)"
+                    } else {
+                        &p.path
+                    };
+                    eprintln!("{}: {path}: {}", file.display(), p.message);
+                }
+                eprintln!("{} error(s)", problems.len());
+                ExitCode::from(1)
+            }
+        };
+    }
     match GatewayConfig::load(file, &Overrides::default()) {
         Ok(config) => {
             let kinds: Vec<_> = config.pipeline.iter().map(|p| p.kind.as_str()).collect();
@@ -127,6 +148,22 @@ fn config_check(file: &std::path::Path) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// The file as a routing config (JSON or YAML), when it is one rather than a gateway config:
+/// an object with `strategy`, `targets`, `provider` or `virtual_key` and none of the gateway
+/// file's sections.
+fn read_routing_config(file: &std::path::Path) -> Option<serde_json::Value> {
+    let text = std::fs::read_to_string(file).ok()?;
+    let value: serde_json::Value = serde_yaml_ng::from_str(&text).ok()?;
+    let map = value.as_object()?;
+    let routing = ["strategy", "targets", "provider", "virtual_key"]
+        .iter()
+        .any(|k| map.contains_key(*k));
+    let gateway = ["listen", "pipeline", "providers", "configs", "upstream"]
+        .iter()
+        .any(|k| map.contains_key(*k));
+    (routing && !gateway).then_some(value)
 }
 
 fn serve(args: ServeArgs) -> ExitCode {

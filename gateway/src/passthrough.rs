@@ -34,7 +34,7 @@ pub async fn prepare(
     let plan = cx.plan.clone().ok_or_else(|| {
         GatewayError::internal("no provider was selected: the pipeline needs provider_select")
     })?;
-    let mut target = routing::plan_target(&plan)?;
+    let mut target = routing::plan_target(&plan, gw.providers.as_ref())?;
     if let Flow::Respond(r) = gw.pipeline.on_route(cx, &mut target).await? {
         return Ok(Err(r));
     }

@@ -13,6 +13,7 @@ use pingora::server::configuration::ServerConf;
 use pingora::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch};
 use prometheus::{Encoder, IntGauge, Registry, TextEncoder};
 
+use plugin_sdk::store::ProviderStore;
 use plugin_sdk::BuildCx;
 
 use crate::config::{ConfigErrors, GatewayConfig};
@@ -25,6 +26,8 @@ use crate::upstream::Upstream;
 /// Everything a request needs, built once at start.
 pub struct Gateway {
     pub config: GatewayConfig,
+    /// Saved providers, for config targets that name one.
+    pub providers: Arc<dyn ProviderStore>,
     pub pipeline: Pipeline,
     pub endpoints: Endpoints,
     pub upstream: Upstream,
@@ -54,13 +57,15 @@ impl Gateway {
         metrics
             .register(Box::new(in_flight.clone()))
             .expect("a fresh registry has no metrics yet");
+        let providers: Arc<dyn ProviderStore> = Arc::new(YamlProviders::from_config(&config));
         let build = BuildCx {
-            providers: Arc::new(YamlProviders::from_config(&config)),
+            providers: providers.clone(),
             configs: Arc::new(YamlConfigs::from_config(&config)),
             metrics: metrics.clone(),
         };
         let pipeline = Pipeline::build(&config.pipeline, &build)?;
         Ok(Gateway {
+            providers,
             upstream: Upstream::new(config.upstream),
             endpoints: Endpoints::new(&config.provider_base_urls),
             config,

@@ -17,6 +17,7 @@ use serde_json::Value;
 use plugin_sdk::{ConfigIssue, PluginDescriptor, ProviderRecord};
 
 use crate::providers::table;
+use crate::routing::config::RoutingConfig;
 use crate::upstream::{Endpoint, UpstreamTimeouts};
 
 /// The default request body limit: 32 MiB, room for long contexts and inline images.
@@ -264,6 +265,13 @@ fn validate(json: Value, overrides: &Overrides) -> Result<GatewayConfig, ConfigE
                 format!("configs[{i}].id"),
                 "must not be empty",
             ));
+        } else if let Err(problems) = RoutingConfig::parse(&c.config) {
+            issues.extend(problems.into_iter().map(|p| {
+                ConfigIssue::new(
+                    join_path(&format!("configs[{i}].config"), &p.path),
+                    p.message,
+                )
+            }));
         } else if configs.insert(c.id.clone(), c.config).is_some() {
             issues.push(ConfigIssue::new(
                 format!("configs[{i}].id"),
@@ -481,6 +489,12 @@ pipeline:
             vec!["max_body_byts", "threads", "upstream.raed_timeout_ms"]
         );
         assert_eq!(paths("[1, 2]").len(), 1);
+    }
+
+    #[test]
+    fn saved_routing_configs_are_validated_with_their_paths() {
+        let found = paths("configs:\n  - id: pc-1\n    config: {strategy: {mode: loadbalance}, targets: [{provider: openai, weight: -1}]}\n");
+        assert_eq!(found, vec!["configs[0].config.targets[0].weight"]);
     }
 
     #[test]

@@ -7,7 +7,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use plugin_sdk::headers::GwHeader;
+use plugin_sdk::store::ProviderStore;
 use plugin_sdk::{GatewayError, RoutePlan, Target};
+
+use config::{NodeKind, RoutingConfig, Settings, Strategy, TargetRef};
 
 use crate::providers::table::{self, AuthStyle, ProviderSpec};
 use crate::upstream::Endpoint;
@@ -77,12 +80,83 @@ impl ResolvedTarget {
     }
 }
 
-/// The single target of a plan. Multi-target strategies are executed by [`config`].
-pub fn plan_target(plan: &RoutePlan) -> Result<Target, GatewayError> {
-    match plan {
-        RoutePlan::Single(t) => Ok(t.clone()),
-        RoutePlan::Config(value) => config::single_target(value),
+/// The single target of a plan: the headers' target, or the one target a config resolves to.
+/// A config that routes across several targets is refused for now: executing strategies is
+/// the next step of the router.
+pub fn plan_target(
+    plan: &RoutePlan,
+    providers: &dyn ProviderStore,
+) -> Result<Target, GatewayError> {
+    let value = match plan {
+        RoutePlan::Single(t) => return Ok(t.clone()),
+        RoutePlan::Config(value) => value,
+    };
+    let config = RoutingConfig::parse_for_request(value)?;
+    let mut node = &config.root;
+    let mut settings = node.settings.clone();
+    loop {
+        match &node.kind {
+            NodeKind::Target(target) => return config_target(target, &settings, providers),
+            NodeKind::Group {
+                strategy: Strategy::Single,
+                targets,
+            } if targets.len() == 1 => {
+                node = &targets[0];
+                settings = node.settings.inherit(&settings);
+            }
+            NodeKind::Group { .. } => {
+                return Err(GatewayError::invalid_param(
+                    GwHeader::CONFIG.primary,
+                    format!(
+                        "{}: routing across several targets (fallback, loadbalance, conditional) is not supported by this version",
+                        node.path
+                    ),
+                )
+                .with_code(config::CODE))
+            }
+        }
     }
+}
+
+/// The target of a config's target node, with the settings it runs with.
+fn config_target(
+    target: &TargetRef,
+    settings: &Settings,
+    providers: &dyn ProviderStore,
+) -> Result<Target, GatewayError> {
+    let mut out = match target {
+        TargetRef::Provider { id, api_key } => Target {
+            provider: id.clone(),
+            api_key: api_key.clone(),
+            ..Target::default()
+        },
+        TargetRef::Saved(slug) => {
+            let record = providers.provider(slug).ok_or_else(|| {
+                GatewayError::invalid_param(
+                    GwHeader::CONFIG.primary,
+                    format!("no saved provider has the slug {slug:?}"),
+                )
+                .with_code(config::CODE)
+            })?;
+            Target {
+                provider: record.provider.clone(),
+                api_key: record.api_key.clone(),
+                custom_host: record.custom_host.clone(),
+                slug: Some(record.slug.clone()),
+                settings: record
+                    .settings
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+                ..Target::default()
+            }
+        }
+    };
+    if settings.custom_host.is_some() {
+        out.custom_host = settings.custom_host.clone();
+    }
+    out.override_params = settings.override_params.clone();
+    Ok(out)
 }
 
 /// Binds a target to its provider row and endpoint (its custom host, else the operator's base

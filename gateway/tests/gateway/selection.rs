@@ -185,3 +185,44 @@ async fn none_or_two_ways_is_a_400_that_names_the_headers() {
         "nothing may reach the provider"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_targets_can_name_saved_providers_and_nest() {
+    let env = Env::start().await;
+    for config in [
+        json!({"provider": "@mock"}),
+        json!({"virtual_key": "mock", "override_params": {"model": "from-config"}}),
+        json!({"strategy": {"mode": "single"}, "override_params": {"model": "from-parent"},
+               "targets": [{"provider": "@mock"}]}),
+    ] {
+        let resp = chat_with(&env, &[("x-gw-config", config.to_string())]).await;
+        assert_eq!(resp.status(), 200, "{config}");
+    }
+    let seen = env.mock.requests();
+    assert!(seen
+        .iter()
+        .all(|r| r.header("authorization") == Some(format!("Bearer {MOCK_KEY}").as_str())));
+    assert_eq!(seen[1].json().unwrap()["model"], "from-config");
+    assert_eq!(seen[2].json().unwrap()["model"], "from-parent");
+
+    // Validation names the offending path, in the AB01 family, before anything goes upstream.
+    let bad = json!({"strategy": {"mode": "loadbalance"},
+                     "targets": [{"provider": "@mock"}, {"provider": "@mock", "weight": -1}]});
+    let resp = chat_with(&env, &[("x-gw-config", bad.to_string())]).await;
+    let body = expect_error(resp, 400, Some("x-gw-config")).await;
+    assert_eq!(body["error"]["code"], "AB01");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("targets[1].weight must be >= 0"),
+        "{body}"
+    );
+    let resp = chat_with(
+        &env,
+        &[("x-gw-config", json!({"provider": "@nobody"}).to_string())],
+    )
+    .await;
+    expect_error(resp, 400, Some("x-gw-config")).await;
+    assert_eq!(env.mock.requests().len(), 3);
+}
