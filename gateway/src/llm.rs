@@ -11,14 +11,18 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use pingora::http::RequestHeader;
 use pingora::proxy::Session;
 
+use plugin_sdk::headers::GwHeader;
 use plugin_sdk::llm::LlmRequest;
 use plugin_sdk::plugin::{ResponseParts, UpstreamRequest};
-use plugin_sdk::{Chunk, ErrorKind, Flow, GatewayError, ProviderFailure, RequestCx, Route, Target};
+use plugin_sdk::{
+    Chunk, ErrorKind, Flow, GatewayError, ProviderFailure, RequestCx, Route, RoutePlan, Target,
+};
 
 use crate::providers::openai;
 use crate::request;
 use crate::respond;
-use crate::routing::{self, ResolvedTarget};
+use crate::routing::config::{Node, NodeKind, RoutingConfig, Settings, Strategy};
+use crate::routing::{self, strategy, ResolvedTarget};
 use crate::server::Gateway;
 use crate::sse::{self, EventSplitter};
 use crate::upstream::{Endpoint, Exchange};
@@ -60,8 +64,26 @@ async fn run(gw: &Gateway, session: &mut Session, cx: &mut RequestCx) -> Result<
     let plan = cx.plan.clone().ok_or_else(|| {
         GatewayError::internal("no provider was selected: the pipeline needs provider_select")
     })?;
-    let target = routing::plan_target(&plan, gw.providers.as_ref())?;
-    Box::pin(attempt(gw, session, cx, target)).await
+    let outcome = match &plan {
+        RoutePlan::Single(target) => {
+            let timeout = cx.gw.request_timeout_ms;
+            Box::pin(call(gw, session, cx, target.clone(), timeout)).await?
+        }
+        RoutePlan::Config(value) => {
+            let config = RoutingConfig::parse_for_request(value)?;
+            let outcome =
+                Box::pin(execute(gw, session, cx, &config.root, &Settings::default())).await?;
+            let failed = matches!(&outcome, Outcome::Answer(a, _) if !a.is_success());
+            if failed && cx.response.retries > 0 {
+                cx.response.retries_exhausted = true;
+            }
+            outcome
+        }
+    };
+    match outcome {
+        Outcome::Answer(answer, provider) => deliver(gw, session, cx, *answer, provider).await,
+        Outcome::Done => Ok(()),
+    }
 }
 
 /// What the upstream answered, ready to be relayed.
@@ -70,15 +92,165 @@ enum Answer {
     Stream(Exchange),
 }
 
-async fn attempt(
+impl Answer {
+    fn exchange(&self) -> &Exchange {
+        match self {
+            Answer::Whole(e, _) | Answer::Stream(e) => e,
+        }
+    }
+
+    fn status(&self) -> u16 {
+        self.exchange().status()
+    }
+
+    fn is_success(&self) -> bool {
+        (200..300).contains(&self.status())
+    }
+}
+
+/// The result of trying a target.
+enum Outcome {
+    /// The provider answered (any status); not yet written. Boxed: it holds the connection.
+    Answer(Box<Answer>, &'static str),
+    /// The request is finished: a plugin answered, or the client left.
+    Done,
+}
+
+/// Runs a config node: a target (with its retries) or a group by its strategy. Recursive, so
+/// boxed. Errors of the gateway's own making about the request end it at once.
+fn execute<'a>(
+    gw: &'a Gateway,
+    session: &'a mut Session,
+    cx: &'a mut RequestCx,
+    node: &'a Node,
+    inherited: &'a Settings,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Outcome, GatewayError>> + Send + 'a>>
+{
+    Box::pin(async move {
+        let settings = node.settings.inherit(inherited);
+        match &node.kind {
+            NodeKind::Target(target) => {
+                let target = routing::config_target(target, &settings, gw.providers.as_ref())?;
+                try_with_retries(gw, session, cx, node, &settings, target).await
+            }
+            NodeKind::Group { strategy, targets } => {
+                match strategy {
+                    Strategy::Single => execute(gw, session, cx, &targets[0], &settings).await,
+                    Strategy::LoadBalance { .. } => {
+                        let i = strategy::pick_weighted(targets, strategy::random_unit())
+                            .ok_or_else(|| GatewayError::internal("no target has a weight"))?;
+                        execute(gw, session, cx, &targets[i], &settings).await
+                    }
+                    Strategy::Conditional {
+                        conditions,
+                        default,
+                    } => {
+                        let params: serde_json::Value =
+                            serde_json::from_slice(&cx.body).unwrap_or(serde_json::Value::Null);
+                        let facts = strategy::RequestFacts {
+                            metadata: &cx.gw.metadata,
+                            params: &params,
+                            pathname: &cx.path,
+                        };
+                        let chosen = conditions
+                            .iter()
+                            .find(|c| strategy::matches(&c.query, &facts))
+                            .map(|c| c.then.as_str())
+                            .or(default.as_deref());
+                        let child = chosen
+                        .and_then(|name| targets.iter().find(|t| t.name.as_deref() == Some(name)))
+                        .ok_or_else(|| {
+                            GatewayError::invalid_param(
+                                GwHeader::CONFIG.primary,
+                                format!("{}: no condition matched the request and there is no default", node.path),
+                            )
+                        })?;
+                        execute(gw, session, cx, child, &settings).await
+                    }
+                    Strategy::Fallback { on_status_codes } => {
+                        let last = targets.len() - 1;
+                        for (i, child) in targets.iter().enumerate() {
+                            let result = execute(gw, session, cx, child, &settings).await;
+                            let status = match &result {
+                                Ok(Outcome::Answer(answer, _)) => answer.status(),
+                                Ok(Outcome::Done) => return result,
+                                Err(e) if e.is_client_error() => return result,
+                                Err(e) => e.status().as_u16(),
+                            };
+                            if i < last && strategy::falls_back(status, on_status_codes.as_deref())
+                            {
+                                continue;
+                            }
+                            return result;
+                        }
+                        Err(GatewayError::internal("a fallback group has no targets"))
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// Calls one target, retrying on its retry statuses (a connection failure counts as 503) with
+/// exponential backoff.
+async fn try_with_retries(
+    gw: &Gateway,
+    session: &mut Session,
+    cx: &mut RequestCx,
+    node: &Node,
+    settings: &Settings,
+    target: Target,
+) -> Result<Outcome, GatewayError> {
+    let retries = settings.retry.as_ref().map_or(0, |r| r.attempts);
+    let timeout = settings.request_timeout_ms.or(cx.gw.request_timeout_ms);
+    let mut waited = Duration::ZERO;
+    let mut attempt = 0;
+    loop {
+        cx.response.option_index = Some(node.path.clone());
+        let result = Box::pin(call(gw, session, cx, target.clone(), timeout)).await;
+        let (status, retry_headers) = match &result {
+            Ok(Outcome::Answer(answer, _)) => (
+                answer.status(),
+                Some(answer.exchange().header().headers.clone()),
+            ),
+            Ok(Outcome::Done) => return result,
+            Err(e) if e.kind == ErrorKind::UpstreamUnreachable => (503, None),
+            Err(_) => return result,
+        };
+        let Some(retry) = settings.retry.as_ref() else {
+            return result;
+        };
+        if attempt >= retries || !retry.on_status_codes.contains(&status) {
+            return result;
+        }
+        let wait = strategy::backoff(
+            attempt + 1,
+            retry_headers.as_ref(),
+            retry.use_retry_after_header,
+            strategy::random_unit(),
+        );
+        if waited + wait > strategy::MAX_TOTAL_BACKOFF {
+            return result;
+        }
+        drop(result);
+        tokio::time::sleep(wait).await;
+        waited += wait;
+        attempt += 1;
+        cx.response.retries = attempt;
+    }
+}
+
+/// One call to one target: the answer, not yet written (a plugin may answer instead).
+async fn call(
     gw: &Gateway,
     session: &mut Session,
     cx: &mut RequestCx,
     mut target: Target,
-) -> Result<(), GatewayError> {
+    timeout_ms: Option<u64>,
+) -> Result<Outcome, GatewayError> {
     if let Flow::Respond(r) = gw.pipeline.on_route(cx, &mut target).await? {
         Box::pin(respond::plugin(session, cx, r)).await;
-        return Ok(());
+        return Ok(Outcome::Done);
     }
     let resolved = routing::resolve(target, &gw.endpoints)?;
     cx.response.provider = Some(resolved.spec.id.to_owned());
@@ -91,7 +263,7 @@ async fn attempt(
         .await?
     {
         Box::pin(respond::plugin(session, cx, r)).await;
-        return Ok(());
+        return Ok(Outcome::Done);
     }
     let (endpoint, header) = if upstream_request.url == url_as_built {
         (
@@ -111,7 +283,6 @@ async fn attempt(
     };
     let body = upstream_request.body;
     let wants_stream = cx.request.is_stream();
-    let timeout_ms = cx.gw.request_timeout_ms;
 
     let call = async {
         let peer = gw.upstream.peer(&endpoint).await?;
@@ -133,10 +304,20 @@ async fn attempt(
     });
     let Some(answer) = unless_client_leaves(session, bounded).await else {
         cx.response.error = Some("the client closed the connection".into());
-        return Ok(());
+        return Ok(Outcome::Done);
     };
-    let answer = answer?;
+    Ok(Outcome::Answer(Box::new(answer?), resolved.spec.id))
+}
 
+/// Relays the chosen answer to the client: a provider error in the OpenAI error shape, a
+/// whole answer after `on_response`, or a stream event by event.
+async fn deliver(
+    gw: &Gateway,
+    session: &mut Session,
+    cx: &mut RequestCx,
+    answer: Answer,
+    provider: &str,
+) -> Result<(), GatewayError> {
     match answer {
         Answer::Whole(exchange, body) => {
             cx.response.upstream_latency = Some(exchange.latency);
@@ -144,7 +325,7 @@ async fn attempt(
             let headers = relayable_headers(&exchange.header().headers);
             Box::pin(gw.upstream.release(exchange)).await;
             if !status.is_success() {
-                return Err(provider_error(resolved.spec.id, status.as_u16(), &body));
+                return Err(provider_error(provider, status.as_u16(), &body));
             }
             let (model, usage) = openai::summarize_answer(&body);
             cx.response.model = model;

@@ -11,6 +11,9 @@ use plugin_sdk::{GatewayError, PluginResponse, RequestCx};
 
 pub const TRACE_ID: HeaderName = HeaderName::from_static("x-gw-trace-id");
 pub const PROVIDER: HeaderName = HeaderName::from_static("x-gw-provider");
+pub const LAST_USED_OPTION_INDEX: HeaderName =
+    HeaderName::from_static("x-gw-last-used-option-index");
+pub const RETRY_ATTEMPT_COUNT: HeaderName = HeaderName::from_static("x-gw-retry-attempt-count");
 
 /// A response header with the gateway's own headers set.
 pub fn header(status: StatusCode, cx: Option<&RequestCx>) -> pingora::Result<ResponseHeader> {
@@ -19,6 +22,17 @@ pub fn header(status: StatusCode, cx: Option<&RequestCx>) -> pingora::Result<Res
         h.insert_header(TRACE_ID, cx.trace_id.as_str())?;
         if let Some(p) = &cx.response.provider {
             h.insert_header(PROVIDER, p.as_str())?;
+        }
+        // Requests routed by a config say which target answered and after how many retries
+        // (-1: every retry was used and the answer still failed).
+        if let Some(index) = &cx.response.option_index {
+            h.insert_header(LAST_USED_OPTION_INDEX, index.as_str())?;
+            let count = if cx.response.retries_exhausted {
+                -1
+            } else {
+                i64::from(cx.response.retries)
+            };
+            h.insert_header(RETRY_ATTEMPT_COUNT, count)?;
         }
     }
     Ok(h)

@@ -68,8 +68,12 @@ pub struct ResponseInfo {
     pub error: Option<String>,
     /// `x-gw-cache-status` value, when a cache plugin ran.
     pub cache_status: Option<&'static str>,
-    /// Upstream attempts beyond the first.
+    /// Retries of the target that answered (attempts beyond its first).
     pub retries: u32,
+    /// Set when every retry was used and the last answer still failed.
+    pub retries_exhausted: bool,
+    /// The config node that answered (`config.targets[1]`), when a config routed the request.
+    pub option_index: Option<String>,
 }
 
 /// Everything the gateway knows about one request. Created when the request arrives; passed to

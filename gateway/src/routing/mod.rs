@@ -2,6 +2,7 @@
 //! upstream (provider row, endpoint, credential).
 
 pub mod config;
+pub mod strategy;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -119,7 +120,7 @@ pub fn plan_target(
 }
 
 /// The target of a config's target node, with the settings it runs with.
-fn config_target(
+pub fn config_target(
     target: &TargetRef,
     settings: &Settings,
     providers: &dyn ProviderStore,

@@ -6,6 +6,7 @@ mod hostile;
 mod observability;
 mod passthrough;
 mod routes;
+mod routing;
 mod selection;
 mod shutdown;
 mod streaming;

@@ -1,0 +1,220 @@
+//! Routing configs executed against the mock provider's fault injection: each target is the
+//! same mock behind a different fault prefix in its custom host.
+
+use serde_json::{json, Value};
+
+use crate::common::{expect_error, hello, Env};
+
+/// A target on the mock whose answers carry the given fault spec (`status=503`...).
+fn faulty(env: &Env, spec: &str) -> Value {
+    let base = env
+        .mock
+        .base_url()
+        .replace("/v1", &format!("/x-mock/{spec}/v1"));
+    json!({"provider": "openai", "api_key": "sk-t", "custom_host": base})
+}
+
+fn healthy(env: &Env) -> Value {
+    json!({"provider": "openai", "api_key": "sk-t", "custom_host": env.mock.base_url()})
+}
+
+async fn chat_with_config(env: &Env, config: &Value, body: Value) -> reqwest::Response {
+    env.client
+        .post(env.url("/v1/chat/completions"))
+        .header("x-gw-config", config.to_string())
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+}
+
+fn header(resp: &reqwest::Response, name: &str) -> String {
+    resp.headers()
+        .get(name)
+        .map(|v| v.to_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fallback_goes_on_to_a_healthy_target_and_says_which_answered() {
+    let env = Env::start().await;
+    let config = json!({"strategy": {"mode": "fallback"},
+                        "targets": [faulty(&env, "status=503"), faulty(&env, "status=500"), healthy(&env)]});
+    let resp = chat_with_config(&env, &config, hello("hi")).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        header(&resp, "x-gw-last-used-option-index"),
+        "config.targets[2]"
+    );
+    assert_eq!(header(&resp, "x-gw-retry-attempt-count"), "0");
+    let paths: Vec<String> = env.mock.requests().into_iter().map(|r| r.path).collect();
+    assert_eq!(paths.len(), 3, "{paths:?}");
+    assert!(
+        paths[0].contains("status=503") && paths[1].contains("status=500"),
+        "{paths:?}"
+    );
+
+    // Streams fall back too: nothing has reached the client before the healthy target answers.
+    let mut body = hello("stream");
+    body["stream"] = json!(true);
+    let resp = chat_with_config(&env, &config, body).await;
+    assert_eq!(resp.status(), 200);
+    assert!(resp.text().await.unwrap().ends_with("data: [DONE]\n\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fallback_only_on_the_listed_statuses_and_never_on_the_gateways_own_errors() {
+    let env = Env::start().await;
+    let config = json!({"strategy": {"mode": "fallback", "on_status_codes": [429]},
+                        "targets": [faulty(&env, "status=500"), healthy(&env)]});
+    let resp = chat_with_config(&env, &config, hello("hi")).await;
+    assert_eq!(
+        header(&resp, "x-gw-last-used-option-index"),
+        "config.targets[0]"
+    );
+    let body = expect_error(resp, 500, None).await;
+    assert_eq!(body["provider"], "openai");
+    assert_eq!(env.mock.requests().len(), 1);
+
+    let config = json!({"strategy": {"mode": "fallback"},
+                        "targets": [{"provider": "@nobody"}, healthy(&env)]});
+    let resp = chat_with_config(&env, &config, hello("hi")).await;
+    expect_error(resp, 400, Some("x-gw-config")).await;
+    assert_eq!(
+        env.mock.requests().len(),
+        1,
+        "the gateway's own 400 must not fall back"
+    );
+
+    // A connection failure counts as 503 and falls back.
+    let closed = gateway::server::free_local_addr();
+    let config = json!({"strategy": {"mode": "fallback"}, "targets": [
+        {"provider": "openai", "api_key": "k", "custom_host": format!("http://{closed}/v1")},
+        healthy(&env)]});
+    let resp = chat_with_config(&env, &config, hello("hi")).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        header(&resp, "x-gw-last-used-option-index"),
+        "config.targets[1]"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_balancing_follows_weights_and_never_picks_weight_zero() {
+    let env = Env::start().await;
+    let mut a = faulty(&env, "words=1");
+    a["weight"] = json!(1);
+    let mut b = faulty(&env, "words=2");
+    b["weight"] = json!(0);
+    let mut c = faulty(&env, "words=3");
+    c["weight"] = json!(1);
+    let config = json!({"strategy": {"mode": "loadbalance"}, "targets": [a, b, c]});
+    let mut seen = [0usize; 3];
+    for _ in 0..40 {
+        let resp = chat_with_config(&env, &config, hello("x")).await;
+        assert_eq!(resp.status(), 200);
+        let index = header(&resp, "x-gw-last-used-option-index");
+        let i: usize = index
+            .trim_start_matches("config.targets[")
+            .trim_end_matches(']')
+            .parse()
+            .unwrap();
+        seen[i] += 1;
+    }
+    assert_eq!(seen[1], 0, "{seen:?}");
+    assert!(
+        seen[0] >= 8 && seen[2] >= 8,
+        "an even split of 40 gave {seen:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conditional_routing_on_metadata_and_params() {
+    let env = Env::start().await;
+    let mut paid = faulty(&env, "words=1");
+    paid["name"] = json!("paid");
+    let mut free = faulty(&env, "words=2");
+    free["name"] = json!("free");
+    let config = json!({
+        "strategy": {"mode": "conditional", "conditions": [
+            {"query": {"metadata.tier": {"$eq": "paid"}}, "then": "paid"},
+            {"query": {"params.model": {"$regex": "^mini-"}}, "then": "free"}
+        ]},
+        "targets": [paid, free]
+    });
+    let send = |meta: Option<&str>, model: &str| {
+        let mut req = env
+            .client
+            .post(env.url("/v1/chat/completions"))
+            .header("x-gw-config", config.to_string())
+            .json(&json!({"model": model, "messages": [{"role": "user", "content": "x"}]}));
+        if let Some(m) = meta {
+            req = req.header("x-gw-metadata", m);
+        }
+        req.send()
+    };
+    let resp = send(Some(r#"{"tier":"paid"}"#), "big").await.unwrap();
+    assert_eq!(
+        header(&resp, "x-gw-last-used-option-index"),
+        "config.targets[0]"
+    );
+    let resp = send(None, "mini-1").await.unwrap();
+    assert_eq!(
+        header(&resp, "x-gw-last-used-option-index"),
+        "config.targets[1]"
+    );
+    // Nothing matches and there is no default: a 400.
+    let resp = send(Some(r#"{"tier":"trial"}"#), "big").await.unwrap();
+    expect_error(resp, 400, Some("x-gw-config")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_back_off_then_succeed_or_report_exhaustion() {
+    let env = Env::start().await;
+    let mut target = faulty(&env, "fail_first=2;status=503");
+    target["retry"] = json!({"attempts": 3});
+    let resp = chat_with_config(&env, &target, hello("hi")).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(header(&resp, "x-gw-retry-attempt-count"), "2");
+    assert_eq!(
+        env.mock.requests().len(),
+        3,
+        "two failures, then the success"
+    );
+
+    let mut target = faulty(&env, "status=429");
+    target["retry"] = json!({"attempts": 2, "use_retry_after_header": true});
+    let resp = chat_with_config(&env, &target, hello("hi")).await;
+    assert_eq!(header(&resp, "x-gw-retry-attempt-count"), "-1");
+    expect_error(resp, 429, None).await;
+    assert_eq!(env.mock.requests().len(), 6, "three more attempts");
+
+    // Statuses outside the retry list are not retried.
+    let mut target = faulty(&env, "status=400");
+    target["retry"] = json!({"attempts": 3});
+    let resp = chat_with_config(&env, &target, hello("hi")).await;
+    assert_eq!(header(&resp, "x-gw-retry-attempt-count"), "0");
+    assert_eq!(env.mock.requests().len(), 7);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_timeout_is_a_408_that_can_fall_back() {
+    let env = Env::start().await;
+    let mut slow = faulty(&env, "delay_ms=2000");
+    slow["request_timeout"] = json!(150);
+    let resp = chat_with_config(&env, &slow, hello("hi")).await;
+    let body = expect_error(resp, 408, None).await;
+    assert_eq!(
+        body["error"]["message"],
+        "Request exceeded the timeout sent in the request: 150ms"
+    );
+
+    let config = json!({"strategy": {"mode": "fallback", "on_status_codes": [408]},
+                        "targets": [slow, healthy(&env)]});
+    let resp = chat_with_config(&env, &config, hello("hi")).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        header(&resp, "x-gw-last-used-option-index"),
+        "config.targets[1]"
+    );
+}
