@@ -4,7 +4,7 @@
 //! for its end.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderName, HeaderValue};
@@ -71,8 +71,16 @@ async fn run(gw: &Gateway, session: &mut Session, cx: &mut RequestCx) -> Result<
         }
         RoutePlan::Config(value) => {
             let config = RoutingConfig::parse_for_request(value)?;
-            let outcome =
-                Box::pin(execute(gw, session, cx, &config.root, &Settings::default())).await?;
+            let key = config_fingerprint(value);
+            let outcome = Box::pin(execute(
+                gw,
+                session,
+                cx,
+                &config.root,
+                &Settings::default(),
+                &key,
+            ))
+            .await?;
             let failed = matches!(&outcome, Outcome::Answer(a, _) if !a.is_success());
             if failed && cx.response.retries > 0 {
                 cx.response.retries_exhausted = true;
@@ -116,6 +124,39 @@ enum Outcome {
     Done,
 }
 
+/// Identifies a config across requests (for its circuit breakers): a hash of its JSON.
+fn config_fingerprint(value: &serde_json::Value) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    value.to_string().hash(&mut h);
+    format!("{:016x}", h.finish())
+}
+
+/// The breaker key of a node of a config.
+fn breaker_key(config_key: &str, node: &Node) -> String {
+    format!("{config_key}|{}", node.path)
+}
+
+/// Which targets of a group may be tried now: those whose breaker is not open. When every
+/// target's breaker is open, all are tried rather than failing the request outright.
+fn available(gw: &Gateway, config_key: &str, targets: &[Node]) -> Vec<bool> {
+    let now = Instant::now();
+    let allowed: Vec<bool> = targets
+        .iter()
+        .map(|t| !gw.breakers.is_open(&breaker_key(config_key, t), now))
+        .collect();
+    if allowed.iter().any(|a| *a) {
+        allowed
+    } else {
+        vec![true; targets.len()]
+    }
+}
+
+/// The request's values that conditions and sticky routing read.
+fn request_params(cx: &RequestCx) -> serde_json::Value {
+    serde_json::from_slice(&cx.body).unwrap_or(serde_json::Value::Null)
+}
+
 /// Runs a config node: a target (with its retries) or a group by its strategy. Recursive, so
 /// boxed. Errors of the gateway's own making about the request end it at once.
 fn execute<'a>(
@@ -124,6 +165,7 @@ fn execute<'a>(
     cx: &'a mut RequestCx,
     node: &'a Node,
     inherited: &'a Settings,
+    config_key: &'a str,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Outcome, GatewayError>> + Send + 'a>>
 {
     Box::pin(async move {
@@ -131,62 +173,95 @@ fn execute<'a>(
         match &node.kind {
             NodeKind::Target(target) => {
                 let target = routing::config_target(target, &settings, gw.providers.as_ref())?;
-                try_with_retries(gw, session, cx, node, &settings, target).await
+                try_with_retries(gw, session, cx, node, &settings, target, config_key).await
             }
-            NodeKind::Group { strategy, targets } => {
-                match strategy {
-                    Strategy::Single => execute(gw, session, cx, &targets[0], &settings).await,
-                    Strategy::LoadBalance { .. } => {
-                        let i = strategy::pick_weighted(targets, strategy::random_unit())
-                            .ok_or_else(|| GatewayError::internal("no target has a weight"))?;
-                        execute(gw, session, cx, &targets[i], &settings).await
-                    }
-                    Strategy::Conditional {
-                        conditions,
-                        default,
-                    } => {
-                        let params: serde_json::Value =
-                            serde_json::from_slice(&cx.body).unwrap_or(serde_json::Value::Null);
-                        let facts = strategy::RequestFacts {
-                            metadata: &cx.gw.metadata,
-                            params: &params,
-                            pathname: &cx.path,
-                        };
-                        let chosen = conditions
-                            .iter()
-                            .find(|c| strategy::matches(&c.query, &facts))
-                            .map(|c| c.then.as_str())
-                            .or(default.as_deref());
-                        let child = chosen
+            NodeKind::Group { strategy, targets } => match strategy {
+                Strategy::Single => {
+                    execute(gw, session, cx, &targets[0], &settings, config_key).await
+                }
+                Strategy::LoadBalance { sticky } => {
+                    let allowed = available(gw, config_key, targets);
+                    let chosen = match sticky {
+                        Some(fields) => {
+                            let params = request_params(cx);
+                            let facts = strategy::RequestFacts {
+                                metadata: &cx.gw.metadata,
+                                params: &params,
+                                pathname: &cx.path,
+                            };
+                            let key = strategy::sticky_key(fields, &facts);
+                            strategy::pick_sticky(targets, &allowed, &key)
+                        }
+                        None => strategy::pick_weighted(targets, &allowed, strategy::random_unit()),
+                    };
+                    let i = chosen.ok_or_else(|| {
+                        GatewayError::new(
+                            ErrorKind::UpstreamUnreachable,
+                            format!("{}: no target can be tried", node.path),
+                        )
+                    })?;
+                    execute(gw, session, cx, &targets[i], &settings, config_key).await
+                }
+                Strategy::Conditional {
+                    conditions,
+                    default,
+                } => {
+                    let params = request_params(cx);
+                    let facts = strategy::RequestFacts {
+                        metadata: &cx.gw.metadata,
+                        params: &params,
+                        pathname: &cx.path,
+                    };
+                    let chosen = conditions
+                        .iter()
+                        .find(|c| strategy::matches(&c.query, &facts))
+                        .map(|c| c.then.as_str())
+                        .or(default.as_deref());
+                    let child = chosen
                         .and_then(|name| targets.iter().find(|t| t.name.as_deref() == Some(name)))
                         .ok_or_else(|| {
                             GatewayError::invalid_param(
                                 GwHeader::CONFIG.primary,
-                                format!("{}: no condition matched the request and there is no default", node.path),
+                                format!(
+                                    "{}: no condition matched the request and there is no default",
+                                    node.path
+                                ),
                             )
                         })?;
-                        execute(gw, session, cx, child, &settings).await
-                    }
-                    Strategy::Fallback { on_status_codes } => {
-                        let last = targets.len() - 1;
-                        for (i, child) in targets.iter().enumerate() {
-                            let result = execute(gw, session, cx, child, &settings).await;
-                            let status = match &result {
-                                Ok(Outcome::Answer(answer, _)) => answer.status(),
-                                Ok(Outcome::Done) => return result,
-                                Err(e) if e.is_client_error() => return result,
-                                Err(e) => e.status().as_u16(),
-                            };
-                            if i < last && strategy::falls_back(status, on_status_codes.as_deref())
-                            {
-                                continue;
-                            }
-                            return result;
-                        }
-                        Err(GatewayError::internal("a fallback group has no targets"))
-                    }
+                    execute(gw, session, cx, child, &settings, config_key).await
                 }
-            }
+                Strategy::Fallback { on_status_codes } => {
+                    let allowed = available(gw, config_key, targets);
+                    let candidates: Vec<&Node> = targets
+                        .iter()
+                        .zip(&allowed)
+                        .filter_map(|(t, ok)| ok.then_some(t))
+                        .collect();
+                    let last = candidates.len().saturating_sub(1);
+                    for (i, child) in candidates.into_iter().enumerate() {
+                        let result = execute(gw, session, cx, child, &settings, config_key).await;
+                        let status = match &result {
+                            Ok(Outcome::Answer(answer, _)) => answer.status(),
+                            Ok(Outcome::Done) => return result,
+                            Err(e) if e.is_client_error() => return result,
+                            Err(e) => e.status().as_u16(),
+                        };
+                        if i < last && strategy::falls_back(status, on_status_codes.as_deref()) {
+                            gw.routing_metrics
+                                .fallbacks
+                                .with_label_values(&[cx
+                                    .response
+                                    .provider
+                                    .as_deref()
+                                    .unwrap_or("none")])
+                                .inc();
+                            continue;
+                        }
+                        return result;
+                    }
+                    Err(GatewayError::internal("a fallback group has no targets"))
+                }
+            },
         }
     })
 }
@@ -200,13 +275,27 @@ async fn try_with_retries(
     node: &Node,
     settings: &Settings,
     target: Target,
+    config_key: &str,
 ) -> Result<Outcome, GatewayError> {
+    let breaker = settings
+        .circuit_breaker
+        .as_ref()
+        .map(|cb| (cb, breaker_key(config_key, node)));
     let retries = settings.retry.as_ref().map_or(0, |r| r.attempts);
     let timeout = settings.request_timeout_ms.or(cx.gw.request_timeout_ms);
     let mut waited = Duration::ZERO;
     let mut attempt = 0;
     loop {
         cx.response.option_index = Some(node.path.clone());
+        if let Some((_, key)) = &breaker {
+            let (_, change) = gw.breakers.allow(key, Instant::now());
+            if let Some(state) = change {
+                gw.routing_metrics
+                    .breaker
+                    .with_label_values(&[target.provider.as_str(), state.as_str()])
+                    .inc();
+            }
+        }
         let result = Box::pin(call(gw, session, cx, target.clone(), timeout)).await;
         let (status, retry_headers) = match &result {
             Ok(Outcome::Answer(answer, _)) => (
@@ -215,8 +304,20 @@ async fn try_with_retries(
             ),
             Ok(Outcome::Done) => return result,
             Err(e) if e.kind == ErrorKind::UpstreamUnreachable => (503, None),
+            Err(e) if e.kind == ErrorKind::Timeout || e.kind == ErrorKind::UpstreamTimeout => {
+                (e.status().as_u16(), None)
+            }
             Err(_) => return result,
         };
+        if let Some((cb, key)) = &breaker {
+            let failed = cb.failure_status_codes.contains(&status);
+            if let Some(state) = gw.breakers.record(key, cb, failed, Instant::now()) {
+                gw.routing_metrics
+                    .breaker
+                    .with_label_values(&[target.provider.as_str(), state.as_str()])
+                    .inc();
+            }
+        }
         let Some(retry) = settings.retry.as_ref() else {
             return result;
         };
@@ -237,6 +338,10 @@ async fn try_with_retries(
         waited += wait;
         attempt += 1;
         cx.response.retries = attempt;
+        gw.routing_metrics
+            .retries
+            .with_label_values(&[target.provider.as_str()])
+            .inc();
     }
 }
 

@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use pingora::server::configuration::ServerConf;
 use pingora::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch};
-use prometheus::{Encoder, IntGauge, Registry, TextEncoder};
+use prometheus::{Encoder, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
 
 use plugin_sdk::store::ProviderStore;
 use plugin_sdk::BuildCx;
@@ -19,6 +19,7 @@ use plugin_sdk::BuildCx;
 use crate::config::{ConfigErrors, GatewayConfig};
 use crate::pipeline::Pipeline;
 use crate::proxy::GatewayProxy;
+use crate::routing::breaker::Breakers;
 use crate::routing::Endpoints;
 use crate::stores::{YamlConfigs, YamlProviders};
 use crate::upstream::Upstream;
@@ -26,6 +27,9 @@ use crate::upstream::Upstream;
 /// Everything a request needs, built once at start.
 pub struct Gateway {
     pub config: GatewayConfig,
+    /// Circuit breakers of config targets.
+    pub breakers: Breakers,
+    pub routing_metrics: RoutingMetrics,
     /// Saved providers, for config targets that name one.
     pub providers: Arc<dyn ProviderStore>,
     pub pipeline: Pipeline,
@@ -33,6 +37,42 @@ pub struct Gateway {
     pub upstream: Upstream,
     pub metrics: Registry,
     in_flight: IntGauge,
+}
+
+/// Counters of the router, by provider: retries, fallbacks, and circuit breaker state changes.
+pub struct RoutingMetrics {
+    pub retries: IntCounterVec,
+    pub fallbacks: IntCounterVec,
+    pub breaker: IntCounterVec,
+}
+
+impl RoutingMetrics {
+    fn register(registry: &Registry) -> RoutingMetrics {
+        let counter = |name: &str, help: &str, labels: &[&str]| {
+            let c = IntCounterVec::new(Opts::new(name, help), labels).expect("a valid metric");
+            registry
+                .register(Box::new(c.clone()))
+                .expect("a fresh registry has no routing metrics yet");
+            c
+        };
+        RoutingMetrics {
+            retries: counter(
+                "gw_retries_total",
+                "Upstream attempts retried",
+                &["provider"],
+            ),
+            fallbacks: counter(
+                "gw_fallbacks_total",
+                "Targets given up for the next one of a fallback group",
+                &["provider"],
+            ),
+            breaker: counter(
+                "gw_circuit_breaker_transitions_total",
+                "Circuit breaker state changes, by the state entered",
+                &["provider", "state"],
+            ),
+        }
+    }
 }
 
 /// Counts one request as in flight until dropped.
@@ -57,6 +97,7 @@ impl Gateway {
         metrics
             .register(Box::new(in_flight.clone()))
             .expect("a fresh registry has no metrics yet");
+        let routing_metrics = RoutingMetrics::register(&metrics);
         let providers: Arc<dyn ProviderStore> = Arc::new(YamlProviders::from_config(&config));
         let build = BuildCx {
             providers: providers.clone(),
@@ -65,6 +106,8 @@ impl Gateway {
         };
         let pipeline = Pipeline::build(&config.pipeline, &build)?;
         Ok(Gateway {
+            breakers: Breakers::default(),
+            routing_metrics,
             providers,
             upstream: Upstream::new(config.upstream),
             endpoints: Endpoints::new(&config.provider_base_urls),

@@ -64,7 +64,7 @@ pub enum TargetRef {
 
 /// The settings a node may carry. Inheritance: `override_params` merge (the child wins);
 /// `retry` and `cache` are replaced by the child's; `request_timeout`, `custom_host`,
-/// `forward_headers` and the hooks are inherited when the child leaves them unset.
+/// `forward_headers`, `cb_config` and the hooks are inherited when the child leaves them unset.
 #[derive(Debug, Clone, Default)]
 pub struct Settings {
     pub override_params: Map<String, Value>,
@@ -89,7 +89,11 @@ impl Settings {
             override_params,
             retry: self.retry.clone(),
             cache: self.cache.clone(),
-            circuit_breaker: self.circuit_breaker.clone(),
+            // A group's breaker settings apply to each of its targets.
+            circuit_breaker: self
+                .circuit_breaker
+                .clone()
+                .or_else(|| parent.circuit_breaker.clone()),
             request_timeout_ms: self.request_timeout_ms.or(parent.request_timeout_ms),
             custom_host: self
                 .custom_host

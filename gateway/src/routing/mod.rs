@@ -1,6 +1,7 @@
 //! The router: turns a [`RoutePlan`] into the target(s) to try, and a target into a concrete
 //! upstream (provider row, endpoint, credential).
 
+pub mod breaker;
 pub mod config;
 pub mod strategy;
 

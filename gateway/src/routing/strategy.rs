@@ -103,23 +103,66 @@ pub fn random_unit() -> f64 {
     (z >> 11) as f64 / (1u64 << 53) as f64
 }
 
-/// The index of the target a weighted draw picks (`unit` in [0, 1)); weight 0 is never picked.
-pub fn pick_weighted(targets: &[Node], unit: f64) -> Option<usize> {
-    let total: f64 = targets.iter().map(|t| t.weight.max(0.0)).sum();
+/// The index of the target a weighted draw picks among the allowed ones (`unit` in [0, 1));
+/// weight 0 is never picked.
+pub fn pick_weighted(targets: &[Node], allowed: &[bool], unit: f64) -> Option<usize> {
+    let weight = |i: usize, t: &Node| if allowed[i] { t.weight.max(0.0) } else { 0.0 };
+    let total: f64 = targets.iter().enumerate().map(|(i, t)| weight(i, t)).sum();
     if total <= 0.0 {
         return None;
     }
     let mut point = unit * total;
     for (i, t) in targets.iter().enumerate() {
-        if t.weight <= 0.0 {
+        let w = weight(i, t);
+        if w <= 0.0 {
             continue;
         }
-        if point < t.weight {
+        if point < w {
             return Some(i);
         }
-        point -= t.weight;
+        point -= w;
     }
-    targets.iter().rposition(|t| t.weight > 0.0)
+    (0..targets.len())
+        .rev()
+        .find(|&i| weight(i, &targets[i]) > 0.0)
+}
+
+/// The sticky key of a request: the values of the `hash_fields`, joined.
+pub fn sticky_key(fields: &[String], facts: &RequestFacts<'_>) -> String {
+    fields
+        .iter()
+        .map(|f| facts.field(f).map(|v| as_text(&v)).unwrap_or_default())
+        .collect::<Vec<_>>()
+        .join("\u{1f}")
+}
+
+/// The target a sticky key goes to among the allowed ones: weighted rendezvous hashing, so the
+/// same key keeps its target while that target stays available, and only the keys of a target
+/// that drops out move.
+pub fn pick_sticky(targets: &[Node], allowed: &[bool], key: &str) -> Option<usize> {
+    targets
+        .iter()
+        .enumerate()
+        .filter(|(i, t)| allowed[*i] && t.weight > 0.0)
+        .map(|(i, t)| {
+            let unit = (fnv1a(key.as_bytes(), i as u64) >> 11) as f64 / (1u64 << 53) as f64;
+            // -ln(u)/w: the smallest score wins; weights scale the odds.
+            (i, -(unit.max(f64::MIN_POSITIVE)).ln() / t.weight)
+        })
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(i, _)| i)
+}
+
+fn fnv1a(bytes: &[u8], salt: u64) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64 ^ salt.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    // A final mix so that neighbouring salts spread.
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^ (h >> 33)
 }
 
 /// Whether a fallback group goes on to its next target after this status.
@@ -226,16 +269,38 @@ mod tests {
         let NodeKind::Group { targets, .. } = c.root.kind else {
             panic!()
         };
-        assert_eq!(pick_weighted(&targets, 0.0), Some(0));
-        assert_eq!(pick_weighted(&targets, 0.74), Some(0));
-        assert_eq!(pick_weighted(&targets, 0.76), Some(2));
-        assert_eq!(pick_weighted(&targets, 0.999), Some(2));
+        let all = [true; 3];
+        assert_eq!(pick_weighted(&targets, &all, 0.0), Some(0));
+        assert_eq!(pick_weighted(&targets, &all, 0.74), Some(0));
+        assert_eq!(pick_weighted(&targets, &all, 0.76), Some(2));
+        assert_eq!(pick_weighted(&targets, &all, 0.999), Some(2));
+        assert_eq!(pick_weighted(&targets, &[false, true, true], 0.1), Some(2));
+        assert_eq!(pick_weighted(&targets, &[false, true, false], 0.1), None);
         let mut counts = [0usize; 3];
         for _ in 0..10_000 {
-            counts[pick_weighted(&targets, random_unit()).unwrap()] += 1;
+            counts[pick_weighted(&targets, &all, random_unit()).unwrap()] += 1;
         }
         assert_eq!(counts[1], 0);
         assert!((7_000..8_000).contains(&counts[0]), "{counts:?}");
+
+        // Sticky: the same key keeps its target; a key moves only when its target drops out.
+        let mut moved = 0;
+        let mut spread = [0usize; 3];
+        for k in 0..1000 {
+            let key = format!("user-{k}");
+            let first = pick_sticky(&targets, &all, &key).unwrap();
+            assert_eq!(pick_sticky(&targets, &all, &key), Some(first));
+            spread[first] += 1;
+            let without_2 = pick_sticky(&targets, &[true, true, false], &key).unwrap();
+            if first == 2 {
+                moved += 1;
+            } else {
+                assert_eq!(without_2, first);
+            }
+        }
+        assert_eq!(spread[1], 0);
+        assert!((650..850).contains(&spread[0]), "{spread:?}");
+        assert!(moved == spread[2] && moved > 0);
     }
 
     #[test]

@@ -218,3 +218,117 @@ async fn a_target_timeout_is_a_408_that_can_fall_back() {
         "config.targets[1]"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_circuit_breaker_opens_skips_probes_and_closes() {
+    let env = Env::start().await;
+    // Target 0 fails its first three requests, then recovers.
+    let config = json!({
+        "strategy": {"mode": "fallback"},
+        "cb_config": {"failure_threshold": 2, "cooldown_interval": 300},
+        "targets": [faulty(&env, "fail_first=3;status=503"), healthy(&env)]
+    });
+    let to_zero = |env: &Env| {
+        env.mock
+            .requests()
+            .iter()
+            .filter(|r| r.path.contains("fail_first"))
+            .count()
+    };
+    let mut used = Vec::new();
+    for step in 0..7 {
+        if step == 3 || step == 5 {
+            tokio::time::sleep(std::time::Duration::from_millis(350)).await;
+        }
+        let resp = chat_with_config(&env, &config, hello("hi")).await;
+        assert_eq!(resp.status(), 200, "step {step}");
+        used.push((header(&resp, "x-gw-last-used-option-index"), to_zero(&env)));
+    }
+    let expected = [
+        ("config.targets[1]", 1), // failure 1
+        ("config.targets[1]", 2), // failure 2: the breaker opens
+        ("config.targets[1]", 2), // open: target 0 is skipped
+        ("config.targets[1]", 3), // cooldown over: a probe fails, open again
+        ("config.targets[1]", 3), // open
+        ("config.targets[0]", 4), // cooldown over: the probe succeeds, closed
+        ("config.targets[0]", 5), // closed: target 0 serves again
+    ];
+    let got: Vec<(&str, usize)> = used.iter().map(|(i, n)| (i.as_str(), *n)).collect();
+    assert_eq!(got, expected);
+
+    let metrics = env.metrics().await;
+    let count = |state: &str| {
+        metrics
+            .lines()
+            .find(|l| {
+                l.starts_with("gw_circuit_breaker_transitions_total")
+                    && l.contains(&format!("state=\"{state}\""))
+            })
+            .and_then(|l| l.rsplit(' ').next())
+            .unwrap_or("0")
+            .to_owned()
+    };
+    assert_eq!(
+        (
+            count("open").as_str(),
+            count("half_open").as_str(),
+            count("closed").as_str()
+        ),
+        ("2", "2", "1"),
+        "{metrics}"
+    );
+    let fallbacks = metrics
+        .lines()
+        .find(|l| l.starts_with("gw_fallbacks_total"))
+        .unwrap_or_default();
+    assert!(fallbacks.ends_with(" 3"), "{fallbacks}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sticky_load_balancing_keeps_each_user_on_one_target() {
+    let env = Env::start().await;
+    let config = json!({
+        "strategy": {"mode": "loadbalance", "sticky": {"hash_fields": ["metadata.user"]}},
+        "targets": [faulty(&env, "words=1"), faulty(&env, "words=2")]
+    });
+    let mut first_choice = std::collections::BTreeMap::new();
+    for round in 0..3 {
+        for user in 0..12 {
+            let resp = env
+                .client
+                .post(env.url("/v1/chat/completions"))
+                .header("x-gw-config", config.to_string())
+                .header("x-gw-metadata", format!(r#"{{"user":"u{user}"}}"#))
+                .json(&hello("hi"))
+                .send()
+                .await
+                .unwrap();
+            let index = header(&resp, "x-gw-last-used-option-index");
+            let first = first_choice.entry(user).or_insert_with(|| index.clone());
+            assert_eq!(*first, index, "user {user} moved in round {round}");
+        }
+    }
+    let distinct: std::collections::BTreeSet<_> = first_choice.values().collect();
+    assert_eq!(
+        distinct.len(),
+        2,
+        "12 users all went to one target: {first_choice:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_are_counted_by_provider() {
+    let env = Env::start().await;
+    let mut target = faulty(&env, "fail_first=1;status=500");
+    target["retry"] = json!({"attempts": 2});
+    assert_eq!(
+        chat_with_config(&env, &target, hello("hi")).await.status(),
+        200
+    );
+    let metrics = env.metrics().await;
+    let line = metrics
+        .lines()
+        .find(|l| l.starts_with("gw_retries_total{provider=\"openai\"}"))
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(line.ends_with(" 1"), "{line}");
+}
