@@ -2,6 +2,7 @@
 
 Prints one line per check and a closing 'N passed, N failed' line; exits 1 on any failure.
 """
+import json
 import os
 import sys
 
@@ -85,6 +86,27 @@ def validation_error():
     raise AssertionError("temperature=3 was accepted")
 
 
+def fallback_config():
+    base = os.environ["MOCK_URL"]
+    config = {
+        "strategy": {"mode": "fallback"},
+        "targets": [
+            {"provider": "openai", "api_key": "sk", "custom_host": base.replace("/v1", "/x-mock/status=503/v1")},
+            {"provider": "openai", "api_key": "sk", "custom_host": base},
+        ],
+    }
+    routed = OpenAI(
+        base_url=os.environ["GW_URL"],
+        api_key="unused",
+        default_headers={"x-gw-config": json.dumps(config)},
+    )
+    raw = routed.chat.completions.with_raw_response.create(
+        model="gpt-sdk", messages=[{"role": "user", "content": "fall back"}]
+    )
+    assert raw.headers["x-gw-last-used-option-index"] == "config.targets[1]", raw.headers
+    assert raw.parse().choices[0].message.content == "mock reply to: fall back"
+
+
 for name, fn in [
     ("chat", chat),
     ("chat stream", chat_stream),
@@ -92,6 +114,7 @@ for name, fn in [
     ("embeddings", embeddings),
     ("moderations", moderations),
     ("validation error", validation_error),
+    ("fallback config", fallback_config),
 ]:
     check(name, fn)
 print(f"sdk-check: {passed} passed, {failed} failed")

@@ -58,3 +58,25 @@ fn config_check_validates_gateway_files_and_routing_configs() {
     assert!(ok, "{out}");
     assert!(out.contains("routing config"), "{out}");
 }
+
+#[test]
+fn the_example_routing_configs_are_valid() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/routing");
+    let mut checked = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let out = Command::new(env!("CARGO_BIN_EXE_gateway"))
+            .args(["config", "check"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            path.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        checked += 1;
+    }
+    assert!(checked >= 3);
+}
