@@ -502,7 +502,12 @@ fn encode(
             headers.insert(HeaderName::from_static(name), v.clone());
         }
     }
-    for name in &cx.gw.forward_headers {
+    for name in cx
+        .gw
+        .forward_headers
+        .iter()
+        .chain(&resolved.target.forward_headers)
+    {
         if let (Ok(name), Some(v)) = (
             HeaderName::from_bytes(name.as_bytes()),
             cx.headers.get(name),

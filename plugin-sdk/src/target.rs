@@ -21,6 +21,9 @@ pub struct Target {
     pub override_params: Map<String, Value>,
     /// Provider-specific settings (Azure resource, AWS region...), by name.
     pub settings: Vec<(String, String)>,
+    /// Client headers (lower-case names) forwarded to this target, besides those named by
+    /// `x-gw-forward-headers`.
+    pub forward_headers: Vec<String>,
 }
 
 impl fmt::Debug for Target {

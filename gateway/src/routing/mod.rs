@@ -158,6 +158,12 @@ pub fn config_target(
         out.custom_host = settings.custom_host.clone();
     }
     out.override_params = settings.override_params.clone();
+    out.forward_headers = settings
+        .forward_headers
+        .iter()
+        .flatten()
+        .map(|h| h.to_ascii_lowercase())
+        .collect();
     Ok(out)
 }
 

@@ -332,3 +332,24 @@ async fn retries_are_counted_by_provider() {
         .unwrap_or_else(|| panic!("{metrics}"));
     assert!(line.ends_with(" 1"), "{line}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_forwards_the_client_headers_its_config_names() {
+    let env = Env::start().await;
+    let mut target = healthy(&env);
+    target["forward_headers"] = json!(["X-Team"]);
+    let resp = env
+        .client
+        .post(env.url("/v1/chat/completions"))
+        .header("x-gw-config", target.to_string())
+        .header("x-team", "search")
+        .header("x-other", "not forwarded")
+        .json(&hello("hi"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let seen = &env.mock.requests()[0];
+    assert_eq!(seen.header("x-team"), Some("search"));
+    assert_eq!(seen.header("x-other"), None);
+}
