@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use crate::store::ProviderRecord;
+
 /// One upstream choice: a provider (by id, from the gateway's provider table) with the
 /// credentials and overrides to use.
 #[derive(Clone, Default)]
@@ -24,6 +26,24 @@ pub struct Target {
     /// Client headers (lower-case names) forwarded to this target, besides those named by
     /// `x-gw-forward-headers`.
     pub forward_headers: Vec<String>,
+}
+
+impl Target {
+    /// The target a saved provider stands for: its provider, key, host and settings.
+    pub fn from_record(record: &ProviderRecord) -> Target {
+        Target {
+            provider: record.provider.clone(),
+            api_key: record.api_key.clone(),
+            custom_host: record.custom_host.clone(),
+            slug: Some(record.slug.clone()),
+            settings: record
+                .settings
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            ..Target::default()
+        }
+    }
 }
 
 impl fmt::Debug for Target {

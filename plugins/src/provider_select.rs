@@ -99,18 +99,9 @@ impl ProviderSelect {
                     format!("no saved provider has the slug {slug:?}"),
                 )
             })?;
-            return Ok(RoutePlan::Single(Target {
-                provider: record.provider.clone(),
-                api_key: record.api_key.clone().or_else(|| bearer(cx)),
-                custom_host: record.custom_host.clone(),
-                slug: Some(record.slug.clone()),
-                settings: record
-                    .settings
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
-                ..Target::default()
-            }));
+            let mut target = Target::from_record(&record);
+            target.api_key = target.api_key.or_else(|| bearer(cx));
+            return Ok(RoutePlan::Single(target));
         }
 
         if let Some(raw) = gw.config.as_deref() {

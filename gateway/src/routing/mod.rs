@@ -140,18 +140,7 @@ pub fn config_target(
                 )
                 .with_code(config::CODE)
             })?;
-            Target {
-                provider: record.provider.clone(),
-                api_key: record.api_key.clone(),
-                custom_host: record.custom_host.clone(),
-                slug: Some(record.slug.clone()),
-                settings: record
-                    .settings
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect(),
-                ..Target::default()
-            }
+            Target::from_record(&record)
         }
     };
     if settings.custom_host.is_some() {
