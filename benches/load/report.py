@@ -1,12 +1,21 @@
-"""Formats the load benchmark's numbers as a Markdown table with the ratios."""
+"""Formats the load benchmark's runs (stdin: 'target conns rps p50_us p99_us' per line) as a
+Markdown table of medians, with the ratios."""
 import os
 import platform
+import statistics
 import sys
+from collections import defaultdict
 
-duration, threads, rss_kb = sys.argv[1], sys.argv[2], int(sys.argv[3])
-runs = [tuple(float(x) for x in arg.split()) for arg in sys.argv[4:10]]
-names = ["direct", "bare Pingora", "gateway"]
-by = {1: dict(zip(names, runs[0:3])), 64: dict(zip(names, runs[3:6]))}
+duration, threads, rss_kb, reps = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+runs = defaultdict(list)
+for line in sys.stdin:
+    target, conns, rps, p50, p99 = line.split()
+    runs[(target, int(conns))].append((float(rps), float(p50), float(p99)))
+
+
+def median(target, conns, i):
+    return statistics.median(r[i] for r in runs[(target, conns)])
+
 
 cpu = "unknown CPU"
 try:
@@ -17,20 +26,18 @@ try:
 except OSError:
     pass
 
+names = {"direct": "direct", "bare": "bare Pingora", "gateway": "gateway"}
 print(f"Machine: {os.cpu_count()} cores, {cpu}, {platform.system()} {platform.release()}.")
 print(f"wrk, 1 thread, {duration} s per run after a 2 s warm-up; proxies with {threads} worker thread(s);")
-print("a ~1 KB chat completion POST; the mock provider answers in-process.\n")
+print(f"a ~1 KB chat completion POST; medians of {reps} interleaved runs.\n")
 print("| concurrency | target | requests/s | p50 (us) | p99 (us) |")
 print("|---|---|---|---|---|")
 for c in (1, 64):
-    for n in names:
-        rps, p50, p99 = by[c][n]
-        print(f"| {c} | {n} | {rps:,.0f} | {p50:,.0f} | {p99:,.0f} |")
+    for t in ("direct", "bare", "gateway"):
+        print(f"| {c} | {names[t]} | {median(t, c, 0):,.0f} | {median(t, c, 1):,.0f} | {median(t, c, 2):,.0f} |")
 print()
-g1, b1, d1 = by[1]["gateway"], by[1]["bare Pingora"], by[1]["direct"]
-g64, b64, d64 = by[64]["gateway"], by[64]["bare Pingora"], by[64]["direct"]
-print(f"- gateway / bare Pingora requests/s at concurrency 64: {g64[0] / b64[0]:.2f}")
-print(f"- gateway / direct requests/s at concurrency 64: {g64[0] / d64[0]:.2f}")
-print(f"- gateway p50 minus bare Pingora p50 at concurrency 1: {g1[1] - b1[1]:+.0f} us")
-print(f"- gateway p50 minus direct p50 at concurrency 1: {g1[1] - d1[1]:+.0f} us")
+print(f"- gateway / bare Pingora requests/s at concurrency 64: {median('gateway', 64, 0) / median('bare', 64, 0):.2f}")
+print(f"- gateway / direct requests/s at concurrency 64: {median('gateway', 64, 0) / median('direct', 64, 0):.2f}")
+print(f"- gateway p50 minus bare Pingora p50 at concurrency 1: {median('gateway', 1, 1) - median('bare', 1, 1):+.0f} us")
+print(f"- gateway p50 minus direct p50 at concurrency 1: {median('gateway', 1, 1) - median('direct', 1, 1):+.0f} us")
 print(f"- gateway peak RSS: {rss_kb / 1024:.1f} MiB")
