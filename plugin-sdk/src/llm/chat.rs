@@ -90,11 +90,45 @@ pub struct Message {
 }
 
 /// Message content: plain text, or a list of typed parts (text, images...).
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
 pub enum MessageContent {
     Text(String),
     Parts(Vec<ContentPart>),
+}
+
+// By hand rather than `#[serde(untagged)]`: untagged enums buffer every value before trying
+// the variants, and every message of every request has content.
+impl<'de> Deserialize<'de> for MessageContent {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct ContentVisitor;
+
+        impl<'de> serde::de::Visitor<'de> for ContentVisitor {
+            type Value = MessageContent;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string or a list of content parts")
+            }
+
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<MessageContent, E> {
+                Ok(MessageContent::Text(v.to_owned()))
+            }
+
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<MessageContent, E> {
+                Ok(MessageContent::Text(v))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                seq: A,
+            ) -> Result<MessageContent, A::Error> {
+                Vec::<ContentPart>::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))
+                    .map(MessageContent::Parts)
+            }
+        }
+
+        deserializer.deserialize_any(ContentVisitor)
+    }
 }
 
 impl MessageContent {
@@ -321,6 +355,28 @@ mod tests {
         check(with("stop", json!(["a", "b", "c", "d"]))).unwrap();
         check(json!({"messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}]}))
             .unwrap();
+        check(json!({"messages": [{"role": "assistant", "content": null}]})).unwrap();
+    }
+
+    #[test]
+    fn content_is_text_or_parts_and_nothing_else() {
+        let body = json!({"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "a"}, {"type": "image_url", "image_url": {"url": "http://x"}}, {"type": "text", "text": "b"}
+        ]}]});
+        let LlmRequest::Chat(chat) =
+            LlmRequest::decode(Route::ChatCompletions, body.to_string().as_bytes()).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(chat.messages[0].content.as_ref().unwrap().text(), "ab");
+        assert_eq!(
+            param_of(json!({"messages": [{"role": "user", "content": 7}]})),
+            "messages[0].content"
+        );
+        assert_eq!(
+            param_of(json!({"messages": [{"role": "user", "content": [{"text": "no type"}]}]})),
+            "messages[0].content[0].type"
+        );
     }
 
     #[test]

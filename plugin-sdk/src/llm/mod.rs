@@ -84,10 +84,11 @@ pub fn decode_json<T: DeserializeOwned>(body: &[u8]) -> Result<T, GatewayError> 
             return GatewayError::invalid(format!("request body is not valid JSON: {inner}"));
         }
         let message = inner.to_string();
-        let param = if path == "." {
-            missing_field(&message).map(str::to_owned)
-        } else {
-            Some(path)
+        // A missing field is reported at its parent: name the field itself.
+        let param = match (path.as_str(), missing_field(&message)) {
+            (".", field) => field.map(str::to_owned),
+            (parent, Some(field)) => Some(format!("{parent}.{field}")),
+            (_, None) => Some(path),
         };
         match param {
             Some(param) => {
