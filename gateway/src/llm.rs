@@ -132,8 +132,16 @@ fn config_fingerprint(value: &serde_json::Value) -> String {
     format!("{:016x}", h.finish())
 }
 
+/// The fingerprint of a plan's config (empty for a plan without one).
+pub fn config_fingerprint_of(plan: &RoutePlan) -> String {
+    match plan {
+        RoutePlan::Config(value) => config_fingerprint(value),
+        RoutePlan::Single(_) => String::new(),
+    }
+}
+
 /// The breaker key of a node of a config.
-fn breaker_key(config_key: &str, node: &Node) -> String {
+pub fn breaker_key(config_key: &str, node: &Node) -> String {
     format!("{config_key}|{}", node.path)
 }
 

@@ -34,7 +34,22 @@ pub async fn prepare(
     let plan = cx.plan.clone().ok_or_else(|| {
         GatewayError::internal("no provider was selected: the pipeline needs provider_select")
     })?;
-    let mut target = routing::plan_target(&plan, gw.providers.as_ref())?;
+    let params = serde_json::Value::Null;
+    let facts = crate::routing::strategy::RequestFacts {
+        metadata: &cx.gw.metadata,
+        params: &params,
+        pathname: &cx.path,
+    };
+    let config_key = crate::llm::config_fingerprint_of(&plan);
+    let is_open = |node: &crate::routing::config::Node| {
+        gw.breakers.is_open(
+            &crate::llm::breaker_key(&config_key, node),
+            std::time::Instant::now(),
+        )
+    };
+    let (mut target, option_index) =
+        routing::select_target(&plan, gw.providers.as_ref(), &facts, &is_open)?;
+    cx.response.option_index = option_index;
     if let Flow::Respond(r) = gw.pipeline.on_route(cx, &mut target).await? {
         return Ok(Err(r));
     }

@@ -156,6 +156,10 @@ impl ProxyHttp for GatewayProxy {
             if let Some(p) = &cx.response.provider {
                 upstream_response.insert_header(respond::PROVIDER, p.as_str())?;
             }
+            if let Some(index) = &cx.response.option_index {
+                upstream_response.insert_header(respond::LAST_USED_OPTION_INDEX, index.as_str())?;
+                upstream_response.insert_header(respond::RETRY_ATTEMPT_COUNT, 0)?;
+            }
         }
         Ok(())
     }

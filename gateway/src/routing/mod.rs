@@ -12,7 +12,7 @@ use plugin_sdk::headers::GwHeader;
 use plugin_sdk::store::ProviderStore;
 use plugin_sdk::{GatewayError, RoutePlan, Target};
 
-use config::{NodeKind, RoutingConfig, Settings, Strategy, TargetRef};
+use config::{Node, NodeKind, RoutingConfig, Settings, Strategy, TargetRef};
 
 use crate::providers::table::{self, AuthStyle, ProviderSpec};
 use crate::upstream::Endpoint;
@@ -82,41 +82,65 @@ impl ResolvedTarget {
     }
 }
 
-/// The single target of a plan: the headers' target, or the one target a config resolves to.
-/// A config that routes across several targets is refused for now: executing strategies is
-/// the next step of the router.
-pub fn plan_target(
+/// The target a passthrough request goes to. Passthrough bodies stream through unread, so a
+/// config routes them by selection only: `single`, `loadbalance` (weighted or sticky),
+/// `conditional`, and for `fallback` the first target whose circuit breaker is not open.
+/// Retries and fallback on a status need the body kept and apply to the first-class routes.
+/// Returns the target and the config node it came from.
+pub fn select_target(
     plan: &RoutePlan,
     providers: &dyn ProviderStore,
-) -> Result<Target, GatewayError> {
+    facts: &strategy::RequestFacts<'_>,
+    is_open: &dyn Fn(&Node) -> bool,
+) -> Result<(Target, Option<String>), GatewayError> {
     let value = match plan {
-        RoutePlan::Single(t) => return Ok(t.clone()),
+        RoutePlan::Single(t) => return Ok((t.clone(), None)),
         RoutePlan::Config(value) => value,
     };
     let config = RoutingConfig::parse_for_request(value)?;
     let mut node = &config.root;
     let mut settings = node.settings.clone();
     loop {
-        match &node.kind {
-            NodeKind::Target(target) => return config_target(target, &settings, providers),
-            NodeKind::Group {
-                strategy: Strategy::Single,
-                targets,
-            } if targets.len() == 1 => {
-                node = &targets[0];
-                settings = node.settings.inherit(&settings);
+        let (strategy, targets) = match &node.kind {
+            NodeKind::Target(target) => {
+                let target = config_target(target, &settings, providers)?;
+                return Ok((target, Some(node.path.clone())));
             }
-            NodeKind::Group { .. } => {
-                return Err(GatewayError::invalid_param(
-                    GwHeader::CONFIG.primary,
-                    format!(
-                        "{}: routing across several targets (fallback, loadbalance, conditional) is not supported by this version",
-                        node.path
-                    ),
-                )
-                .with_code(config::CODE))
+            NodeKind::Group { strategy, targets } => (strategy, targets),
+        };
+        let allowed: Vec<bool> = targets.iter().map(|t| !is_open(t)).collect();
+        let allowed = if allowed.iter().any(|a| *a) {
+            allowed
+        } else {
+            vec![true; targets.len()]
+        };
+        let next = match strategy {
+            Strategy::Single => Some(0),
+            Strategy::Fallback { .. } => allowed.iter().position(|a| *a),
+            Strategy::LoadBalance {
+                sticky: Some(fields),
+            } => strategy::pick_sticky(targets, &allowed, &strategy::sticky_key(fields, facts)),
+            Strategy::LoadBalance { sticky: None } => {
+                strategy::pick_weighted(targets, &allowed, strategy::random_unit())
             }
-        }
+            Strategy::Conditional {
+                conditions,
+                default,
+            } => conditions
+                .iter()
+                .find(|c| strategy::matches(&c.query, facts))
+                .map(|c| c.then.as_str())
+                .or(default.as_deref())
+                .and_then(|name| targets.iter().position(|t| t.name.as_deref() == Some(name))),
+        };
+        let i = next.ok_or_else(|| {
+            GatewayError::invalid_param(
+                GwHeader::CONFIG.primary,
+                format!("{}: no target matched the request", node.path),
+            )
+        })?;
+        node = &targets[i];
+        settings = node.settings.inherit(&settings);
     }
 }
 

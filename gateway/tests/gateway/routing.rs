@@ -353,3 +353,58 @@ async fn a_target_forwards_the_client_headers_its_config_names() {
     assert_eq!(seen.header("x-team"), Some("search"));
     assert_eq!(seen.header("x-other"), None);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passthrough_paths_route_by_selection() {
+    let env = Env::start().await;
+    let get = |config: Value, metadata: Option<&str>| {
+        let mut req = env
+            .client
+            .get(env.url("/v1/models"))
+            .header("x-gw-config", config.to_string());
+        if let Some(m) = metadata {
+            req = req.header("x-gw-metadata", m);
+        }
+        req.send()
+    };
+    let mut a = healthy(&env);
+    a["name"] = json!("a");
+    a["weight"] = json!(0);
+    let mut b = healthy(&env);
+    b["name"] = json!("b");
+    let conditional = json!({"strategy": {"mode": "conditional",
+        "conditions": [{"query": {"metadata.team": "a"}, "then": "a"}], "default": "b"},
+        "targets": [a.clone(), b.clone()]});
+    let resp = get(conditional.clone(), Some(r#"{"team":"a"}"#))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        header(&resp, "x-gw-last-used-option-index"),
+        "config.targets[0]"
+    );
+    let resp = get(conditional, None).await.unwrap();
+    assert_eq!(
+        header(&resp, "x-gw-last-used-option-index"),
+        "config.targets[1]"
+    );
+
+    let weighted = json!({"strategy": {"mode": "loadbalance"}, "targets": [a, b]});
+    for _ in 0..5 {
+        let resp = get(weighted.clone(), None).await.unwrap();
+        assert_eq!(
+            header(&resp, "x-gw-last-used-option-index"),
+            "config.targets[1]"
+        );
+    }
+
+    // A passthrough body is not kept, so a fallback takes its first available target and
+    // returns what it answers, as documented.
+    let fallback = json!({"strategy": {"mode": "fallback"}, "targets": [faulty(&env, "status=503"), healthy(&env)]});
+    let resp = get(fallback, None).await.unwrap();
+    assert_eq!(resp.status(), 503);
+    assert_eq!(
+        header(&resp, "x-gw-last-used-option-index"),
+        "config.targets[0]"
+    );
+}
