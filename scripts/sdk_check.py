@@ -107,6 +107,52 @@ def fallback_config():
     assert raw.parse().choices[0].message.content == "mock reply to: fall back"
 
 
+def routed_client(config, extra_headers=None):
+    headers = {"x-gw-config": json.dumps(config)}
+    headers.update(extra_headers or {})
+    return OpenAI(base_url=os.environ["GW_URL"], api_key="unused", default_headers=headers)
+
+
+def mock_target(**fields):
+    return {"provider": "openai", "api_key": "sk", "custom_host": os.environ["MOCK_URL"], **fields}
+
+
+def weighted_split():
+    config = {
+        "strategy": {"mode": "loadbalance"},
+        "targets": [mock_target(weight=3), mock_target(weight=1), mock_target(weight=0)],
+    }
+    seen = {}
+    for _ in range(40):
+        raw = routed_client(config).chat.completions.with_raw_response.create(
+            model="gpt-sdk", messages=[{"role": "user", "content": "split"}]
+        )
+        index = raw.headers["x-gw-last-used-option-index"]
+        seen[index] = seen.get(index, 0) + 1
+    assert "config.targets[2]" not in seen, seen
+    assert seen.get("config.targets[0]", 0) > seen.get("config.targets[1]", 0) > 0, seen
+
+
+def conditional_on_metadata():
+    config = {
+        "strategy": {
+            "mode": "conditional",
+            "conditions": [{"query": {"metadata.tier": {"$eq": "paid"}}, "then": "paid"}],
+            "default": "free",
+        },
+        "targets": [
+            mock_target(name="paid", override_params={"model": "large"}),
+            mock_target(name="free", override_params={"model": "small"}),
+        ],
+    }
+    paid = routed_client(config, {"x-gw-metadata": json.dumps({"tier": "paid"})})
+    r = paid.chat.completions.create(model="any", messages=[{"role": "user", "content": "x"}])
+    assert r.model == "large", r.model
+    free = routed_client(config, {"x-gw-metadata": json.dumps({"tier": "trial"})})
+    r = free.chat.completions.create(model="any", messages=[{"role": "user", "content": "x"}])
+    assert r.model == "small", r.model
+
+
 for name, fn in [
     ("chat", chat),
     ("chat stream", chat_stream),
@@ -115,6 +161,8 @@ for name, fn in [
     ("moderations", moderations),
     ("validation error", validation_error),
     ("fallback config", fallback_config),
+    ("weighted split", weighted_split),
+    ("conditional on metadata", conditional_on_metadata),
 ]:
     check(name, fn)
 print(f"sdk-check: {passed} passed, {failed} failed")
