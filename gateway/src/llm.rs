@@ -293,6 +293,9 @@ async fn try_with_retries(
     let timeout = settings.request_timeout_ms.or(cx.gw.request_timeout_ms);
     let mut waited = Duration::ZERO;
     let mut attempt = 0;
+    // The count reported is that of the target that answers, not of targets given up before.
+    cx.response.retries = 0;
+    cx.response.retries_exhausted = false;
     loop {
         cx.response.option_index = Some(node.path.clone());
         if let Some((_, key)) = &breaker {

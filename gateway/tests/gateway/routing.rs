@@ -408,3 +408,23 @@ async fn passthrough_paths_route_by_selection() {
         "config.targets[0]"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_retry_count_is_that_of_the_target_that_answered() {
+    let env = Env::start().await;
+    let mut failing = faulty(&env, "status=503");
+    failing["retry"] = json!({"attempts": 2});
+    let config = json!({"strategy": {"mode": "fallback"}, "targets": [failing, healthy(&env)]});
+    let resp = chat_with_config(&env, &config, hello("hi")).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        header(&resp, "x-gw-last-used-option-index"),
+        "config.targets[1]"
+    );
+    assert_eq!(header(&resp, "x-gw-retry-attempt-count"), "0");
+    assert_eq!(
+        env.mock.requests().len(),
+        4,
+        "three attempts on the first target, one on the second"
+    );
+}
