@@ -18,7 +18,7 @@ use plugin_sdk::{
     Chunk, ErrorKind, Flow, GatewayError, ProviderFailure, RequestCx, Route, RoutePlan, Target,
 };
 
-use crate::providers::openai;
+use crate::providers::{anthropic, openai, ProviderSpec, WireFormat};
 use crate::request;
 use crate::respond;
 use crate::routing::config::{Node, NodeKind, RoutingConfig, Settings, Strategy};
@@ -89,7 +89,7 @@ async fn run(gw: &Gateway, session: &mut Session, cx: &mut RequestCx) -> Result<
         }
     };
     match outcome {
-        Outcome::Answer(answer, provider) => deliver(gw, session, cx, *answer, provider).await,
+        Outcome::Answer(answer, spec) => deliver(gw, session, cx, *answer, spec).await,
         Outcome::Done => Ok(()),
     }
 }
@@ -119,7 +119,7 @@ impl Answer {
 /// The result of trying a target.
 enum Outcome {
     /// The provider answered (any status); not yet written. Boxed: it holds the connection.
-    Answer(Box<Answer>, &'static str),
+    Answer(Box<Answer>, &'static ProviderSpec),
     /// The request is finished: a plugin answered, or the client left.
     Done,
 }
@@ -422,7 +422,7 @@ async fn call(
         cx.response.error = Some("the client closed the connection".into());
         return Ok(Outcome::Done);
     };
-    Ok(Outcome::Answer(Box::new(answer?), resolved.spec.id))
+    Ok(Outcome::Answer(Box::new(answer?), resolved.spec))
 }
 
 /// Relays the chosen answer to the client: a provider error in the OpenAI error shape, a
@@ -432,20 +432,34 @@ async fn deliver(
     session: &mut Session,
     cx: &mut RequestCx,
     answer: Answer,
-    provider: &str,
+    spec: &'static ProviderSpec,
 ) -> Result<(), GatewayError> {
     match answer {
         Answer::Whole(exchange, body) => {
             cx.response.upstream_latency = Some(exchange.latency);
             let status = exchange.header().status;
-            let headers = relayable_headers(&exchange.header().headers);
+            let mut headers = relayable_headers(&exchange.header().headers);
             Box::pin(gw.upstream.release(exchange)).await;
             if !status.is_success() {
-                return Err(provider_error(provider, status.as_u16(), &body));
+                return Err(provider_error(spec.id, status.as_u16(), &body));
             }
-            let (model, usage) = openai::summarize_answer(&body);
-            cx.response.model = model;
-            cx.response.usage = usage;
+            let body = match spec.format {
+                WireFormat::OpenAi => {
+                    let (model, usage) = openai::summarize_answer(&body);
+                    cx.response.model = model;
+                    cx.response.usage = usage;
+                    body
+                }
+                WireFormat::Anthropic => {
+                    let (body, usage) = anthropic::decode_chat(&body, strict(cx))?;
+                    cx.response.usage = Some(usage);
+                    headers.insert(
+                        http::header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/json"),
+                    );
+                    body
+                }
+            };
             let mut parts = ResponseParts {
                 status,
                 headers,
@@ -459,7 +473,51 @@ async fn deliver(
             Ok(())
         }
         // Boxed: only streams pay for the relay's state.
-        Answer::Stream(exchange) => Box::pin(relay_stream(gw, session, cx, exchange)).await,
+        Answer::Stream(exchange) => {
+            let translator = match spec.format {
+                WireFormat::OpenAi => None,
+                WireFormat::Anthropic => Some(anthropic::StreamTranslator::new(
+                    matches!(&cx.request, LlmRequest::Chat(c) if c.wants_stream_usage()),
+                    strict(cx),
+                )),
+            };
+            Box::pin(relay_stream(gw, session, cx, exchange, translator)).await
+        }
+    }
+}
+
+/// Whether the client asked for strictly OpenAI-shaped answers (no `content_blocks`).
+fn strict(cx: &RequestCx) -> bool {
+    cx.gw.strict_openai_compliance.unwrap_or(false)
+}
+
+/// The body and path suffix of a request in the target's wire format.
+fn encode_body(cx: &RequestCx, resolved: &ResolvedTarget) -> Result<(Bytes, String), GatewayError> {
+    let suffix = cx.path.strip_prefix("/v1").unwrap_or(&cx.path);
+    match resolved.spec.format {
+        WireFormat::OpenAi => Ok((
+            openai::encode_body(&cx.body, &resolved.target.override_params)?,
+            suffix.to_owned(),
+        )),
+        WireFormat::Anthropic => {
+            if cx.route != Route::ChatCompletions {
+                return Err(GatewayError::invalid(format!(
+                    "anthropic serves chat completions only, not {}",
+                    cx.route.as_str()
+                )));
+            }
+            let overridden;
+            let chat = match (&cx.request, resolved.target.override_params.is_empty()) {
+                (LlmRequest::Chat(chat), true) => chat.as_ref(),
+                _ => {
+                    let merged = openai::encode_body(&cx.body, &resolved.target.override_params)?;
+                    overridden =
+                        plugin_sdk::llm::decode_json::<plugin_sdk::llm::ChatRequest>(&merged)?;
+                    &overridden
+                }
+            };
+            Ok((anthropic::encode_chat(chat, None)?, "/messages".to_owned()))
+        }
     }
 }
 
@@ -477,10 +535,9 @@ fn encode(
     cx: &RequestCx,
     resolved: &ResolvedTarget,
 ) -> Result<(UpstreamRequest, String), GatewayError> {
-    let body = openai::encode_body(&cx.body, &resolved.target.override_params)?;
-    let suffix = cx.path.strip_prefix("/v1").unwrap_or(&cx.path);
+    let (body, suffix) = encode_body(cx, resolved)?;
     let ep = &resolved.endpoint;
-    let path = ep.path_and_query(suffix, cx.query.as_deref());
+    let path = ep.path_and_query(&suffix, cx.query.as_deref());
     let url = format!(
         "{}://{}{}",
         if ep.tls { "https" } else { "http" },
@@ -512,6 +569,12 @@ fn encode(
         if let Some(v) = cx.headers.get(*name) {
             headers.insert(HeaderName::from_static(name), v.clone());
         }
+    }
+    if resolved.spec.format == WireFormat::Anthropic && !headers.contains_key("anthropic-version") {
+        headers.insert(
+            HeaderName::from_static("anthropic-version"),
+            HeaderValue::from_static(anthropic::DEFAULT_VERSION),
+        );
     }
     for name in cx
         .gw
@@ -646,6 +709,7 @@ async fn relay_stream(
     session: &mut Session,
     cx: &mut RequestCx,
     mut exchange: Exchange,
+    mut translator: Option<anthropic::StreamTranslator>,
 ) -> Result<(), GatewayError> {
     cx.response.upstream_latency = Some(exchange.latency);
     cx.response.streamed = true;
@@ -691,6 +755,20 @@ async fn relay_stream(
                 cx.response.error = Some(e.message.clone());
                 final_event(session, &e.body().to_string()).await;
                 break;
+            }
+        };
+        let data = match translator.as_mut() {
+            None => data,
+            Some(t) => {
+                let mut out = String::new();
+                for event in sse::event_data(&data) {
+                    out.push_str(&t.translate(&event));
+                }
+                cx.response.usage = Some(t.usage());
+                if cx.response.model.is_none() {
+                    cx.response.model = t.model().map(str::to_owned);
+                }
+                Bytes::from(out)
             }
         };
         if !data.is_empty() {

@@ -19,6 +19,8 @@ pub struct PassthroughTarget {
     pub path_and_query: String,
     /// The provider's credential header.
     pub auth: Option<(&'static str, String)>,
+    /// Headers the provider needs, added when the client did not send them.
+    pub defaults: &'static [(&'static str, &'static str)],
     /// When the request was handed to the upstream, for upstream latency.
     pub sent_at: Option<Instant>,
 }
@@ -61,6 +63,13 @@ pub async fn prepare(
             .endpoint
             .path_and_query(suffix, cx.query.as_deref()),
         auth: resolved.auth_header(),
+        defaults: match resolved.spec.format {
+            crate::providers::WireFormat::Anthropic => &[(
+                "anthropic-version",
+                crate::providers::anthropic::DEFAULT_VERSION,
+            )],
+            crate::providers::WireFormat::OpenAi => &[],
+        },
         endpoint: resolved.endpoint,
         sent_at: None,
     }))
@@ -92,6 +101,11 @@ pub fn rewrite_request(target: &PassthroughTarget, req: &mut RequestHeader) -> p
     req.insert_header(http::header::HOST, target.endpoint.authority())?;
     if let Some((name, value)) = &target.auth {
         req.insert_header(*name, value.as_str())?;
+    }
+    for (name, value) in target.defaults {
+        if req.headers.get(*name).is_none() {
+            req.insert_header(*name, *value)?;
+        }
     }
     Ok(())
 }

@@ -4,6 +4,7 @@
 //! provider's request and the provider's answer back into the client's format. With one format
 //! per module, N formats need N codecs.
 
+pub mod anthropic;
 pub mod openai;
 pub mod table;
 

@@ -6,6 +6,8 @@
 pub enum WireFormat {
     /// OpenAI's Chat Completions, Embeddings and Moderations APIs.
     OpenAi,
+    /// Anthropic's Messages API (chat only).
+    Anthropic,
 }
 
 /// How the provider wants the credential.
@@ -127,6 +129,13 @@ pub static PROVIDERS: &[ProviderSpec] = &[
         "Inference.net",
         "https://api.inference.net/v1",
     ),
+    ProviderSpec {
+        id: "anthropic",
+        name: "Anthropic",
+        format: WireFormat::Anthropic,
+        base_url: "https://api.anthropic.com/v1",
+        auth: AuthStyle::Header("x-api-key"),
+    },
     local_openai_compatible("ollama", "Ollama", "http://localhost:11434/v1"),
     local_openai_compatible("lm-studio", "LM Studio", "http://localhost:1234/v1"),
 ];
