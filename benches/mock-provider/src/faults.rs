@@ -35,10 +35,13 @@ pub(crate) struct FaultSpec {
     pub disconnect_after: Option<u64>,
     pub words: Option<u64>,
     pub fail_first: Option<u64>,
+    /// `1`: Anthropic streams send an `error` event after the first content
+    /// delta and end there. `0` is the same as not set.
+    pub stream_error: Option<u64>,
 }
 
 /// The knobs by name: prefix key, header name, and the field they set.
-const KNOBS: [(&str, &str); 7] = [
+const KNOBS: [(&str, &str); 8] = [
     ("status", "x-mock-status"),
     ("retry_after_ms", "x-mock-retry-after-ms"),
     ("delay_ms", "x-mock-delay-ms"),
@@ -46,6 +49,7 @@ const KNOBS: [(&str, &str); 7] = [
     ("disconnect_after", "x-mock-disconnect-after"),
     ("words", "x-mock-words"),
     ("fail_first", "x-mock-fail-first"),
+    ("stream_error", "x-mock-stream-error"),
 ];
 
 impl FaultSpec {
@@ -83,6 +87,7 @@ impl FaultSpec {
             "disconnect_after" => self.disconnect_after = Some(number(u64::MAX)?),
             "words" => self.words = Some(number(MAX_WORDS)?),
             "fail_first" => self.fail_first = Some(number(u64::MAX)?),
+            "stream_error" => self.stream_error = Some(number(1)?),
             _ => {
                 let known: Vec<&str> = KNOBS.iter().map(|(k, _)| *k).collect();
                 return Err(format!(
@@ -165,6 +170,7 @@ impl fmt::Display for FaultSpec {
             self.disconnect_after,
             self.words,
             self.fail_first,
+            self.stream_error,
         ];
         let mut first = true;
         for ((key, _), value) in KNOBS.iter().zip(values) {
@@ -218,6 +224,8 @@ pub(crate) struct Failure {
     pub retry_after_ms: u64,
     /// Abort the connection (after this many events for streams).
     pub disconnect_after: Option<u64>,
+    /// End streams that support it with an in-band error event.
+    pub stream_error: bool,
 }
 
 /// Per-instance `fail_first` counters keyed by fault spec and route.
@@ -228,16 +236,19 @@ pub(crate) struct FailCounters {
 
 impl FailCounters {
     /// Decides whether this request fails. Without `fail_first` the
-    /// requested status/disconnect always apply; with it they apply (status
-    /// defaulting to 503 when no disconnect is asked for either) only to the
-    /// first N requests with the same spec and route, and later ones succeed.
+    /// requested status/disconnect/stream error always apply; with it they
+    /// apply (status defaulting to 503 when neither a disconnect nor a
+    /// stream error is asked for) only to the first N requests with the same
+    /// spec and route, and later ones succeed.
     pub(crate) fn failure(&self, spec: &FaultSpec, route: &str) -> Failure {
         let retry_after_ms = spec.retry_after_ms.unwrap_or(DEFAULT_RETRY_AFTER_MS);
+        let stream_error = spec.stream_error.is_some_and(|v| v > 0);
         let Some(limit) = spec.fail_first else {
             return Failure {
                 status: spec.status,
                 retry_after_ms,
                 disconnect_after: spec.disconnect_after,
+                stream_error,
             };
         };
         let key = format!("{spec}|{route}");
@@ -256,17 +267,19 @@ impl FailCounters {
                 status: None,
                 retry_after_ms,
                 disconnect_after: None,
+                stream_error: false,
             };
         }
-        let status = match (spec.status, spec.disconnect_after) {
+        let status = match (spec.status, spec.disconnect_after.is_some() || stream_error) {
             (Some(status), _) => Some(status),
-            (None, Some(_)) => None,
-            (None, None) => Some(DEFAULT_FAIL_STATUS),
+            (None, true) => None,
+            (None, false) => Some(DEFAULT_FAIL_STATUS),
         };
         Failure {
             status,
             retry_after_ms,
             disconnect_after: spec.disconnect_after,
+            stream_error,
         }
     }
 }
@@ -326,6 +339,7 @@ mod tests {
         assert!(parse(&["nope=1"], &headers).is_err());
         assert!(parse(&["status"], &headers).is_err());
         assert!(parse(&["delay_ms=-5"], &headers).is_err());
+        assert!(parse(&["stream_error=2"], &headers).is_err());
     }
 
     #[test]
@@ -340,5 +354,16 @@ mod tests {
             .collect();
         assert_eq!(statuses, [Some(503), Some(503), None]);
         assert_eq!(counters.failure(&spec, "/other").status, Some(503));
+
+        // A stream error is a failure mode of its own: no default status.
+        let spec = FaultSpec {
+            fail_first: Some(1),
+            stream_error: Some(1),
+            ..FaultSpec::default()
+        };
+        let first = counters.failure(&spec, "/messages");
+        assert_eq!((first.status, first.stream_error), (None, true));
+        let second = counters.failure(&spec, "/messages");
+        assert_eq!((second.status, second.stream_error), (None, false));
     }
 }

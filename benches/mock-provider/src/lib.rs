@@ -1,7 +1,7 @@
 //! A fast, deterministic fake of LLM provider HTTP APIs for tests and benchmarks.
 //!
-//! [`MockProvider`] binds a local port and answers OpenAI-shaped requests;
-//! every path may carry an optional `/v1` prefix:
+//! [`MockProvider`] binds a local port and answers OpenAI- and
+//! Anthropic-shaped requests; every path may carry an optional `/v1` prefix:
 //!
 //! - `POST /v1/chat/completions`: `"mock reply to: <last user text>"`, `n`
 //!   choices, `max_tokens` truncation, tool calls, SSE streaming with
@@ -11,9 +11,16 @@
 //! - `POST /v1/moderations`: keyword-based flags.
 //! - `GET /v1/fine_tuning/jobs`: 25 fixed jobs with `after` / `limit` paging.
 //! - `GET /v1/models`: one model, `mock-model`.
+//! - `POST /v1/messages`: Anthropic's Messages API. Checks the request as
+//!   Anthropic would (`x-api-key`, `anthropic-version`, fields, roles, block
+//!   types, no OpenAI-only fields; 400/401 in Anthropic's error shape),
+//!   replies `"mock reply to: <last user text>"` with `stop_sequences` and
+//!   `max_tokens` stops, tool use, thinking blocks, named-event SSE
+//!   streaming, and echoes the system prompt in `x-mock-system`.
 //! - any method on `/v1/echo[/...]`: the request body back, with
 //!   `x-mock-method`, `x-mock-path`, `x-mock-body-len` and `x-mock-custom`.
-//! - anything else: 404 with an OpenAI-shaped error.
+//! - anything else: 404 with an OpenAI-shaped error (Anthropic-shaped under
+//!   `/v1/messages/`).
 //!
 //! # Fault injection
 //!
@@ -26,16 +33,18 @@
 //!
 //! | prefix key         | header                    | effect |
 //! |--------------------|---------------------------|--------|
-//! | `status`           | `x-mock-status`           | answer this status (200..=599) with `{"error":{..., "type":"mock_error","code":"<status>"}}` |
-//! | `retry_after_ms`   | `x-mock-retry-after-ms`   | `retry-after-ms` header sent with injected 429/503 (default 10) |
+//! | `status`           | `x-mock-status`           | answer this status (200..=599) with `{"error":{..., "type":"mock_error","code":"<status>"}}`; on Anthropic routes `{"type":"error","error":{"type":"api_error","message":...}}` (`rate_limit_error` for 429, `overloaded_error` for 529) |
+//! | `retry_after_ms`   | `x-mock-retry-after-ms`   | `retry-after-ms` header sent with injected 429/503 (and 529 on Anthropic routes; default 10) |
 //! | `delay_ms`         | `x-mock-delay-ms`         | sleep before the response head |
 //! | `chunk_delay_ms`   | `x-mock-chunk-delay-ms`   | sleep between SSE events |
 //! | `disconnect_after` | `x-mock-disconnect-after` | streams: send n events, then drop the connection without the terminating chunk; other responses: close without answering |
 //! | `words`            | `x-mock-words`            | chat replies are exactly n words, `w1 w2 ... wn` |
-//! | `fail_first`       | `x-mock-fail-first`       | only the first n requests with the same faults and route fail (with `status`, default 503, or with `disconnect_after` if given); later ones succeed |
+//! | `fail_first`       | `x-mock-fail-first`       | only the first n requests with the same faults and route fail (with `status`, default 503, or with `disconnect_after` / `stream_error` if given); later ones succeed |
+//! | `stream_error`     | `x-mock-stream-error`     | `1`: Anthropic streams send `event: error` (`overloaded_error`) after the first content delta and end; other routes ignore it |
 //!
 //! `fail_first` counters live in each [`MockProvider`] instance.
 
+mod anthropic;
 mod body;
 mod echo;
 mod faults;

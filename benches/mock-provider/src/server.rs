@@ -19,7 +19,7 @@ use tokio::sync::watch;
 use crate::body::MockBody;
 use crate::faults::{self, FailCounters, Failure, FaultSpec};
 use crate::record::{RecordedRequest, RequestLog};
-use crate::{echo, openai};
+use crate::{anthropic, echo, openai};
 
 /// Largest request body the mock accepts; larger ones get 413.
 const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
@@ -71,6 +71,55 @@ pub(crate) struct Ctx<'a> {
 pub(crate) enum ReqBody {
     Buffered(Bytes),
     Streaming(Incoming),
+}
+
+/// Which provider's wire format a route speaks; picks the shape of the
+/// errors the pipeline answers before the route handler runs.
+#[derive(Clone, Copy)]
+enum Wire {
+    OpenAi,
+    Anthropic,
+}
+
+impl Wire {
+    fn of(route: &str) -> Wire {
+        if anthropic::matches(route) {
+            Wire::Anthropic
+        } else {
+            Wire::OpenAi
+        }
+    }
+
+    fn invalid_request(self, message: &str) -> Response<MockBody> {
+        match self {
+            Wire::OpenAi => openai::invalid_request(message),
+            Wire::Anthropic => anthropic::invalid_request(message),
+        }
+    }
+
+    fn too_large(self) -> Response<MockBody> {
+        let message = format!("request body exceeds {MAX_BODY_BYTES} bytes");
+        match self {
+            Wire::OpenAi => openai::error_response(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                &message,
+                "invalid_request_error",
+                None,
+            ),
+            Wire::Anthropic => anthropic::error_response(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "request_too_large",
+                &message,
+            ),
+        }
+    }
+
+    fn injected_error(self, status: u16, retry_after_ms: u64) -> Response<MockBody> {
+        match self {
+            Wire::OpenAi => openai::injected_error(status, retry_after_ms),
+            Wire::Anthropic => anthropic::injected_error(status, retry_after_ms),
+        }
+    }
 }
 
 /// Service error that makes hyper close the connection without answering.
@@ -135,6 +184,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     let (parts, incoming) = req.into_parts();
     let (prefixes, unprefixed) = faults::split_prefixes(parts.uri.path());
     let route = normalize_route(unprefixed);
+    let wire = Wire::of(route);
     let spec = faults::parse(&prefixes, &parts.headers);
 
     // Echo of a sized body with recording off streams straight back, so
@@ -146,14 +196,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
     } else {
         match read_body(incoming).await {
             Ok(bytes) => ReqBody::Buffered(bytes),
-            Err(ReadError::TooLarge) => {
-                return Ok(openai::error_response(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    &format!("request body exceeds {MAX_BODY_BYTES} bytes"),
-                    "invalid_request_error",
-                    None,
-                ));
-            }
+            Err(ReadError::TooLarge) => return Ok(wire.too_large()),
             // The client went away or sent a broken body.
             Err(ReadError::Broken) => return Err(Abort),
         }
@@ -171,7 +214,7 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
 
     let spec = match spec {
         Ok(spec) => spec,
-        Err(message) => return Ok(openai::invalid_request(&message)),
+        Err(message) => return Ok(wire.invalid_request(&message)),
     };
     let failure = if spec.is_empty() {
         Failure::default()
@@ -181,10 +224,8 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         }
         shared.fail_counters.failure(&spec, route)
     };
-    // Injected errors use the OpenAI error shape; once other wire formats
-    // exist this picks the shape by route.
     if let Some(status) = failure.status {
-        return Ok(openai::injected_error(status, failure.retry_after_ms));
+        return Ok(wire.injected_error(status, failure.retry_after_ms));
     }
 
     let ctx = Ctx {
@@ -203,7 +244,10 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
             ReqBody::Buffered(bytes) => bytes,
             ReqBody::Streaming(_) => Bytes::new(),
         };
-        openai::dispatch(&ctx, &bytes)
+        match wire {
+            Wire::OpenAi => openai::dispatch(&ctx, &bytes),
+            Wire::Anthropic => anthropic::dispatch(&ctx, &bytes),
+        }
     };
     // Streams abort themselves after N events; anything else is dropped
     // before a single byte of the response goes out.

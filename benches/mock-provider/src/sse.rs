@@ -20,7 +20,7 @@ use crate::body::BoxError;
 /// so hyper flushes the events already written before the abort.
 const FLUSH_GRACE: Duration = Duration::from_millis(5);
 
-/// A source of complete SSE events (`data: ...\n\n`).
+/// A source of complete SSE events (`[event: ...\n]data: ...\n\n`).
 pub(crate) type Events = Box<dyn Iterator<Item = Bytes> + Send>;
 
 /// Pacing and fault settings for one stream.
@@ -134,6 +134,19 @@ impl SseBody {
 pub(crate) fn data_event<T: serde::Serialize>(value: &T) -> Bytes {
     let mut buf = Vec::with_capacity(256);
     buf.extend_from_slice(b"data: ");
+    // Serializing our own plain structs into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut buf, value);
+    buf.extend_from_slice(b"\n\n");
+    Bytes::from(buf)
+}
+
+/// Frames one `event: <name>\ndata: <json>\n\n` event, the form of
+/// providers (such as Anthropic) that name their events.
+pub(crate) fn named_event<T: serde::Serialize>(name: &str, value: &T) -> Bytes {
+    let mut buf = Vec::with_capacity(256);
+    buf.extend_from_slice(b"event: ");
+    buf.extend_from_slice(name.as_bytes());
+    buf.extend_from_slice(b"\ndata: ");
     // Serializing our own plain structs into a Vec cannot fail.
     let _ = serde_json::to_writer(&mut buf, value);
     buf.extend_from_slice(b"\n\n");
