@@ -1,5 +1,6 @@
 //! Integration tests: the mock provider and the gateway on ephemeral ports, driven over HTTP.
 
+mod anthropic;
 mod cli;
 mod common;
 mod hostile;
