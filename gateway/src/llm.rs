@@ -145,21 +145,6 @@ pub fn breaker_key(config_key: &str, node: &Node) -> String {
     format!("{config_key}|{}", node.path)
 }
 
-/// Which targets of a group may be tried now: those whose breaker is not open. When every
-/// target's breaker is open, all are tried rather than failing the request outright.
-fn available(gw: &Gateway, config_key: &str, targets: &[Node]) -> Vec<bool> {
-    let now = Instant::now();
-    let allowed: Vec<bool> = targets
-        .iter()
-        .map(|t| !gw.breakers.is_open(&breaker_key(config_key, t), now))
-        .collect();
-    if allowed.iter().any(|a| *a) {
-        allowed
-    } else {
-        vec![true; targets.len()]
-    }
-}
-
 /// The request's values that conditions and sticky routing read.
 fn request_params(cx: &RequestCx) -> serde_json::Value {
     serde_json::from_slice(&cx.body).unwrap_or(serde_json::Value::Null)
@@ -183,63 +168,13 @@ fn execute<'a>(
                 let target = routing::config_target(target, &settings, gw.providers.as_ref())?;
                 try_with_retries(gw, session, cx, node, &settings, target, config_key).await
             }
-            NodeKind::Group { strategy, targets } => match strategy {
-                Strategy::Single => {
-                    execute(gw, session, cx, &targets[0], &settings, config_key).await
-                }
-                Strategy::LoadBalance { sticky } => {
-                    let allowed = available(gw, config_key, targets);
-                    let chosen = match sticky {
-                        Some(fields) => {
-                            let params = request_params(cx);
-                            let facts = strategy::RequestFacts {
-                                metadata: &cx.gw.metadata,
-                                params: &params,
-                                pathname: &cx.path,
-                            };
-                            let key = strategy::sticky_key(fields, &facts);
-                            strategy::pick_sticky(targets, &allowed, &key)
-                        }
-                        None => strategy::pick_weighted(targets, &allowed, strategy::random_unit()),
-                    };
-                    let i = chosen.ok_or_else(|| {
-                        GatewayError::new(
-                            ErrorKind::UpstreamUnreachable,
-                            format!("{}: no target can be tried", node.path),
-                        )
-                    })?;
-                    execute(gw, session, cx, &targets[i], &settings, config_key).await
-                }
-                Strategy::Conditional {
-                    conditions,
-                    default,
-                } => {
-                    let params = request_params(cx);
-                    let facts = strategy::RequestFacts {
-                        metadata: &cx.gw.metadata,
-                        params: &params,
-                        pathname: &cx.path,
-                    };
-                    let chosen = conditions
-                        .iter()
-                        .find(|c| strategy::matches(&c.query, &facts))
-                        .map(|c| c.then.as_str())
-                        .or(default.as_deref());
-                    let child = chosen
-                        .and_then(|name| targets.iter().find(|t| t.name.as_deref() == Some(name)))
-                        .ok_or_else(|| {
-                            GatewayError::invalid_param(
-                                GwHeader::CONFIG.primary,
-                                format!(
-                                    "{}: no condition matched the request and there is no default",
-                                    node.path
-                                ),
-                            )
-                        })?;
-                    execute(gw, session, cx, child, &settings, config_key).await
-                }
-                Strategy::Fallback { on_status_codes } => {
-                    let allowed = available(gw, config_key, targets);
+            NodeKind::Group { strategy, targets } => {
+                let is_open = |t: &Node| {
+                    gw.breakers
+                        .is_open(&breaker_key(config_key, t), Instant::now())
+                };
+                if let Strategy::Fallback { on_status_codes } = strategy {
+                    let allowed = strategy::available(targets, &is_open);
                     let candidates: Vec<&Node> = targets
                         .iter()
                         .zip(&allowed)
@@ -267,9 +202,36 @@ fn execute<'a>(
                         }
                         return result;
                     }
-                    Err(GatewayError::internal("a fallback group has no targets"))
+                    return Err(GatewayError::internal("a fallback group has no targets"));
                 }
-            },
+                let params = if strategy::reads_request(strategy) {
+                    request_params(cx)
+                } else {
+                    serde_json::Value::Null
+                };
+                let facts = strategy::RequestFacts {
+                    metadata: &cx.gw.metadata,
+                    params: &params,
+                    pathname: &cx.path,
+                };
+                let i = strategy::choose(strategy, targets, &facts, &is_open).ok_or_else(|| {
+                    if let Strategy::Conditional { .. } = strategy {
+                        GatewayError::invalid_param(
+                            GwHeader::CONFIG.primary,
+                            format!(
+                                "{}: no condition matched the request and there is no default",
+                                node.path
+                            ),
+                        )
+                    } else {
+                        GatewayError::new(
+                            ErrorKind::UpstreamUnreachable,
+                            format!("{}: no target can be tried", node.path),
+                        )
+                    }
+                })?;
+                execute(gw, session, cx, &targets[i], &settings, config_key).await
+            }
         }
     })
 }

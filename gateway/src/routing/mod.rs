@@ -12,7 +12,7 @@ use plugin_sdk::headers::GwHeader;
 use plugin_sdk::store::ProviderStore;
 use plugin_sdk::{GatewayError, RoutePlan, Target};
 
-use config::{Node, NodeKind, RoutingConfig, Settings, Strategy, TargetRef};
+use config::{Node, NodeKind, RoutingConfig, Settings, TargetRef};
 
 use crate::providers::table::{self, AuthStyle, ProviderSpec};
 use crate::upstream::Endpoint;
@@ -108,31 +108,7 @@ pub fn select_target(
             }
             NodeKind::Group { strategy, targets } => (strategy, targets),
         };
-        let allowed: Vec<bool> = targets.iter().map(|t| !is_open(t)).collect();
-        let allowed = if allowed.iter().any(|a| *a) {
-            allowed
-        } else {
-            vec![true; targets.len()]
-        };
-        let next = match strategy {
-            Strategy::Single => Some(0),
-            Strategy::Fallback { .. } => allowed.iter().position(|a| *a),
-            Strategy::LoadBalance {
-                sticky: Some(fields),
-            } => strategy::pick_sticky(targets, &allowed, &strategy::sticky_key(fields, facts)),
-            Strategy::LoadBalance { sticky: None } => {
-                strategy::pick_weighted(targets, &allowed, strategy::random_unit())
-            }
-            Strategy::Conditional {
-                conditions,
-                default,
-            } => conditions
-                .iter()
-                .find(|c| strategy::matches(&c.query, facts))
-                .map(|c| c.then.as_str())
-                .or(default.as_deref())
-                .and_then(|name| targets.iter().position(|t| t.name.as_deref() == Some(name))),
-        };
+        let next = strategy::choose(strategy, targets, facts, is_open);
         let i = next.ok_or_else(|| {
             GatewayError::invalid_param(
                 GwHeader::CONFIG.primary,

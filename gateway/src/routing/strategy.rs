@@ -9,7 +9,7 @@ use std::time::Duration;
 use http::HeaderMap;
 use serde_json::Value;
 
-use super::config::{Node, Op, Query};
+use super::config::{Node, Op, Query, Strategy};
 
 /// The longest a request may spend waiting between retries, all waits together.
 pub const MAX_TOTAL_BACKOFF: Duration = Duration::from_secs(60);
@@ -163,6 +163,58 @@ fn fnv1a(bytes: &[u8], salt: u64) -> u64 {
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^ (h >> 33)
+}
+
+/// Which targets of a group may be tried now: those whose circuit breaker is not open. When
+/// every target's breaker is open, all are tried rather than failing the request outright.
+pub fn available(targets: &[Node], is_open: &dyn Fn(&Node) -> bool) -> Vec<bool> {
+    let allowed: Vec<bool> = targets.iter().map(|t| !is_open(t)).collect();
+    if allowed.iter().any(|a| *a) {
+        allowed
+    } else {
+        vec![true; targets.len()]
+    }
+}
+
+/// Whether choosing under this strategy reads the request (conditions, sticky fields), so that
+/// callers parse the body only when it is needed.
+pub fn reads_request(strategy: &Strategy) -> bool {
+    matches!(
+        strategy,
+        Strategy::Conditional { .. } | Strategy::LoadBalance { sticky: Some(_) }
+    )
+}
+
+/// The target a group's strategy chooses: the first for `single`; the first available for
+/// `fallback` (which then goes on by status); a weighted or sticky draw among the available
+/// ones for `loadbalance`; the target named by the first matching condition, else `default`,
+/// for `conditional`. `None` when nothing can be chosen.
+pub fn choose(
+    strategy: &Strategy,
+    targets: &[Node],
+    facts: &RequestFacts<'_>,
+    is_open: &dyn Fn(&Node) -> bool,
+) -> Option<usize> {
+    match strategy {
+        Strategy::Single => Some(0),
+        Strategy::Fallback { .. } => available(targets, is_open).iter().position(|a| *a),
+        Strategy::LoadBalance { sticky } => {
+            let allowed = available(targets, is_open);
+            match sticky {
+                Some(fields) => pick_sticky(targets, &allowed, &sticky_key(fields, facts)),
+                None => pick_weighted(targets, &allowed, random_unit()),
+            }
+        }
+        Strategy::Conditional {
+            conditions,
+            default,
+        } => conditions
+            .iter()
+            .find(|c| matches(&c.query, facts))
+            .map(|c| c.then.as_str())
+            .or(default.as_deref())
+            .and_then(|name| targets.iter().position(|t| t.name.as_deref() == Some(name))),
+    }
 }
 
 /// Whether a fallback group goes on to its next target after this status.
