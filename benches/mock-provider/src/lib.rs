@@ -19,8 +19,60 @@
 //!   streaming, and echoes the system prompt in `x-mock-system`.
 //! - any method on `/v1/echo[/...]`: the request body back, with
 //!   `x-mock-method`, `x-mock-path`, `x-mock-body-len` and `x-mock-custom`.
+//! - `POST /model/{modelId}/converse`, `/converse-stream`, `/invoke`,
+//!   `/invoke-with-response-stream`: AWS Bedrock (see the `bedrock` module).
+//!   Every request must carry a valid AWS Signature Version 4 for service
+//!   `bedrock` made with [`AWS_ACCESS_KEY_ID`] / [`AWS_SECRET_ACCESS_KEY`]
+//!   (any region, optional session token; [`sigv4::sign`] makes one), else
+//!   403 as AWS answers. Converse is checked as Bedrock checks it and
+//!   replies `"mock reply to: <last user text>"` with `maxTokens` and stop
+//!   sequence stops and tool use; the streams are
+//!   `application/vnd.amazon.eventstream` frames. Invoke takes Titan and
+//!   Cohere embedding bodies and Anthropic Messages bodies
+//!   (`anthropic_version: bedrock-2023-05-31`, streamed as `chunk` events).
+//!   Errors are `x-amzn-errortype: <Name>` with `{"message"}`; answers
+//!   echo the signing region in `x-mock-aws-region` and the session token
+//!   in `x-mock-aws-session-token`.
+//! - `POST /v1beta/models/{model}:generateContent`, `:streamGenerateContent`,
+//!   `:embedContent`, `:batchEmbedContents` (also under `/v1/models/`): the
+//!   Gemini API (see the `gemini` module). Needs an API key in
+//!   `x-goog-api-key` or `?key=` (403 `PERMISSION_DENIED` without one, 401
+//!   `UNAUTHENTICATED` for an `Authorization` header instead). Checks field
+//!   names as Google's parser does (camelCase or snake_case; OpenAI fields
+//!   get `Unknown name "..."`), roles `user` / `model`, one datum per part,
+//!   `generationConfig`, function declarations and their schemas; replies
+//!   `"mock reply to: <last user text>"` with `stopSequences` and
+//!   `maxOutputTokens` stops, `candidateCount`, function calls (then text
+//!   answering the `functionResponse`), and a `SAFETY` block for a user
+//!   text saying `unsafe`. Streams are SSE (`data: ...\r\n\r\n`) with
+//!   `?alt=sse`, else one JSON array. Embeddings are the OpenAI route's
+//!   vectors (`outputDimensionality`, default 8). Errors are
+//!   `{"error":{"code","message","status"}}`.
+//! - `POST /v1/projects/{p}/locations/{r}/publishers/google/models/{m}:generateContent`,
+//!   `:streamGenerateContent`, `:predict` (text embeddings), and
+//!   `.../publishers/anthropic/models/{m}:rawPredict`, `:streamRawPredict`:
+//!   Vertex AI, with `Authorization: Bearer` (401 `UNAUTHENTICATED`
+//!   without). Gemini models behave as on the Gemini API; Anthropic models
+//!   take Messages bodies with `anthropic_version: vertex-2023-10-16` and no
+//!   `model`, answered as `/v1/messages` answers them, with the URL's model.
+//!   The routes' answers echo `x-mock-vertex-project` and
+//!   `x-mock-vertex-region` (injected faults are answered before routing).
+//! - `POST /v2/chat`, `POST /v2/embed`: Cohere's v2 API with
+//!   `Authorization: Bearer`. Checks fields as Cohere does (OpenAI-only ones
+//!   such as `n`, `top_p`, `stop` are refused), roles and `tool_call_id`;
+//!   replies with `max_tokens` / `stop_sequences` stops and tool calls (then
+//!   text answering the tool result), named-event SSE streaming
+//!   (`message-start` ... `message-end`); embeddings need `input_type`
+//!   (float, int8, uint8). Errors are `{"message"}`.
+//! - `POST /openai/deployments/{deployment}/chat/completions`, `/embeddings`:
+//!   Azure OpenAI. Needs `?api-version=YYYY-MM-DD[-preview]` (404 `Resource
+//!   not found` without) and an `api-key` header (401 without); then answers
+//!   as the OpenAI routes do, `model` defaulting to the deployment. Azure's
+//!   own errors are `{"error":{"code":"<status>","message"}}`; answers echo
+//!   `x-mock-azure-deployment` and `x-mock-azure-api-version`.
 //! - anything else: 404 with an OpenAI-shaped error (Anthropic-shaped under
-//!   `/v1/messages/`).
+//!   `/v1/messages/`; Google-, Cohere- and Azure-shaped under `/v1beta/`,
+//!   `/v1/projects/`, `/v2/` and `/openai/`).
 //!
 //! # Fault injection
 //!
@@ -33,22 +85,26 @@
 //!
 //! | prefix key         | header                    | effect |
 //! |--------------------|---------------------------|--------|
-//! | `status`           | `x-mock-status`           | answer this status (200..=599) with `{"error":{..., "type":"mock_error","code":"<status>"}}`; on Anthropic routes `{"type":"error","error":{"type":"api_error","message":...}}` (`rate_limit_error` for 429, `overloaded_error` for 529) |
+//! | `status`           | `x-mock-status`           | answer this status (200..=599) with `{"error":{..., "type":"mock_error","code":"<status>"}}`; on Anthropic routes `{"type":"error","error":{"type":"api_error","message":...}}` (`rate_limit_error` for 429, `overloaded_error` for 529); on Bedrock routes `{"message"}` with `x-amzn-errortype` (`ThrottlingException` for 429, ...); on Gemini / Vertex routes `{"error":{"code","message","status"}}` (`RESOURCE_EXHAUSTED` for 429, `UNAVAILABLE` for 503, ...); on Cohere routes `{"message"}`; on Azure routes `{"error":{"code":"<status>","message"}}` |
 //! | `retry_after_ms`   | `x-mock-retry-after-ms`   | `retry-after-ms` header sent with injected 429/503 (and 529 on Anthropic routes; default 10) |
 //! | `delay_ms`         | `x-mock-delay-ms`         | sleep before the response head |
 //! | `chunk_delay_ms`   | `x-mock-chunk-delay-ms`   | sleep between SSE events |
 //! | `disconnect_after` | `x-mock-disconnect-after` | streams: send n events, then drop the connection without the terminating chunk; other responses: close without answering |
 //! | `words`            | `x-mock-words`            | chat replies are exactly n words, `w1 w2 ... wn` |
 //! | `fail_first`       | `x-mock-fail-first`       | only the first n requests with the same faults and route fail (with `status`, default 503, or with `disconnect_after` / `stream_error` if given); later ones succeed |
-//! | `stream_error`     | `x-mock-stream-error`     | `1`: Anthropic streams send `event: error` (`overloaded_error`) after the first content delta and end; other routes ignore it |
+//! | `stream_error`     | `x-mock-stream-error`     | `1`: Anthropic streams send `event: error` (`overloaded_error`) after the first content delta and end; Bedrock streams send a `throttlingException` exception frame there; other routes ignore it |
 //!
 //! `fail_first` counters live in each [`MockProvider`] instance.
 
 mod anthropic;
+mod bedrock;
 mod body;
+mod cohere;
 mod echo;
 mod faults;
+mod gemini;
 mod openai;
+mod query;
 mod record;
 mod server;
 mod sse;
@@ -62,6 +118,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+pub use bedrock::sigv4;
+pub use bedrock::{AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY};
 pub use record::RecordedRequest;
 
 use server::Shared;

@@ -18,8 +18,9 @@ use tokio::sync::watch;
 
 use crate::body::MockBody;
 use crate::faults::{self, FailCounters, Failure, FaultSpec};
+use crate::openai::azure;
 use crate::record::{RecordedRequest, RequestLog};
-use crate::{anthropic, echo, openai};
+use crate::{anthropic, bedrock, cohere, echo, gemini, openai};
 
 /// Largest request body the mock accepts; larger ones get 413.
 const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
@@ -79,12 +80,24 @@ pub(crate) enum ReqBody {
 enum Wire {
     OpenAi,
     Anthropic,
+    Bedrock,
+    Google,
+    Cohere,
+    Azure,
 }
 
 impl Wire {
     fn of(route: &str) -> Wire {
         if anthropic::matches(route) {
             Wire::Anthropic
+        } else if bedrock::matches(route) {
+            Wire::Bedrock
+        } else if gemini::matches(route) {
+            Wire::Google
+        } else if cohere::matches(route) {
+            Wire::Cohere
+        } else if azure::matches(route) {
+            Wire::Azure
         } else {
             Wire::OpenAi
         }
@@ -94,6 +107,10 @@ impl Wire {
         match self {
             Wire::OpenAi => openai::invalid_request(message),
             Wire::Anthropic => anthropic::invalid_request(message),
+            Wire::Bedrock => bedrock::invalid_request(message),
+            Wire::Google => gemini::invalid_request(message),
+            Wire::Cohere => cohere::invalid_request(message),
+            Wire::Azure => azure::invalid_request(message),
         }
     }
 
@@ -111,6 +128,14 @@ impl Wire {
                 "request_too_large",
                 &message,
             ),
+            Wire::Bedrock => bedrock::error_response(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "ValidationException",
+                &message,
+            ),
+            Wire::Google => gemini::error_response(StatusCode::PAYLOAD_TOO_LARGE, &message),
+            Wire::Cohere => cohere::error_response(StatusCode::PAYLOAD_TOO_LARGE, &message),
+            Wire::Azure => azure::error_response(StatusCode::PAYLOAD_TOO_LARGE, &message),
         }
     }
 
@@ -118,6 +143,10 @@ impl Wire {
         match self {
             Wire::OpenAi => openai::injected_error(status, retry_after_ms),
             Wire::Anthropic => anthropic::injected_error(status, retry_after_ms),
+            Wire::Bedrock => bedrock::injected_error(status, retry_after_ms),
+            Wire::Google => gemini::injected_error(status, retry_after_ms),
+            Wire::Cohere => cohere::injected_error(status, retry_after_ms),
+            Wire::Azure => azure::injected_error(status, retry_after_ms),
         }
     }
 }
@@ -247,6 +276,10 @@ async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<
         match wire {
             Wire::OpenAi => openai::dispatch(&ctx, &bytes),
             Wire::Anthropic => anthropic::dispatch(&ctx, &bytes),
+            Wire::Bedrock => bedrock::dispatch(&ctx, &bytes),
+            Wire::Google => gemini::dispatch(&ctx, &bytes),
+            Wire::Cohere => cohere::dispatch(&ctx, &bytes),
+            Wire::Azure => azure::dispatch(&ctx, &bytes),
         }
     };
     // Streams abort themselves after N events; anything else is dropped

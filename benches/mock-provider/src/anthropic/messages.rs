@@ -72,6 +72,12 @@ struct Request<'a> {
 /// Answers `POST /messages`.
 pub(super) fn handle(ctx: &Ctx<'_>, body: &[u8]) -> HandlerResult {
     check_headers(ctx.headers)?;
+    handle_body(ctx, body)
+}
+
+/// Answers a Messages request body without Anthropic's header checks, for
+/// platforms that put their own authentication in front of the API.
+pub(super) fn handle_body(ctx: &Ctx<'_>, body: &[u8]) -> HandlerResult {
     let json = parse_json(body)?;
     let Value::Object(fields) = &json else {
         return Err(ApiError::invalid("request body must be a JSON object"));
@@ -121,6 +127,66 @@ pub(super) fn handle(ctx: &Ctx<'_>, body: &[u8]) -> HandlerResult {
             .insert(HeaderName::from_static("x-mock-system"), system);
     }
     Ok(resp)
+}
+
+/// What [`answer_fields`] produces.
+pub(crate) enum Answered {
+    /// The message object as JSON, with its token counts.
+    Message {
+        json: Vec<u8>,
+        input_tokens: u64,
+        output_tokens: u64,
+    },
+    /// The events of the streamed answer, each one SSE frame
+    /// (`event: NAME\ndata: JSON\n\n`).
+    Stream(crate::sse::Events),
+}
+
+/// The answer to the Messages request `fields` (which must name its
+/// `model`), streamed or not as `stream` says, without headers or HTTP, for
+/// platforms that frame Anthropic's answers their own way (Bedrock's
+/// InvokeModel). An error is a 400's message.
+pub(crate) fn answer_fields(
+    ctx: &Ctx<'_>,
+    fields: &Map<String, Value>,
+    stream: bool,
+) -> Result<Answered, String> {
+    let req = Request::from_fields(fields).map_err(|err| err.message)?;
+    let answer = Answer::new(&req, ctx.faults.words);
+    let input_tokens = input_words(req.system.as_deref(), req.messages);
+    let id = format!("msg_mock_{}", ctx.shared.next_id());
+    if stream {
+        return Ok(Answered::Stream(Box::new(MessageStream {
+            id,
+            model: req.model.to_owned(),
+            input_tokens,
+            answer,
+            stage: Stage::Start,
+            starts: Vec::new(),
+            stream_error: ctx.failure.stream_error,
+        })));
+    }
+    let content: Vec<ContentBlock<'_>> =
+        answer.blocks.iter().map(ContentBlock::from_block).collect();
+    let output_tokens = answer.output_tokens();
+    let message = Message {
+        id: &id,
+        kind: "message",
+        role: "assistant",
+        model: req.model,
+        content: &content,
+        stop_reason: Some(answer.stop_reason),
+        stop_sequence: answer.stop_sequence.as_deref(),
+        usage: Usage {
+            input_tokens,
+            output_tokens,
+        },
+    };
+    Ok(Answered::Message {
+        json: serde_json::to_vec(&message).unwrap_or_else(|_| b"{}".to_vec()),
+        input_tokens,
+        output_tokens,
+    })
 }
 
 /// Anthropic authenticates with `x-api-key` (a bearer `authorization` does
@@ -218,6 +284,8 @@ impl<'a> Request<'a> {
         let system = system_text(get(fields, "system"))?;
         let tool_names = check_tools(get(fields, "tools"))?;
         let tool = tool_to_call(get(fields, "tool_choice"), &tool_names)?;
+        // After a tool result the model answers in words, so a test sees the result arrived.
+        let tool = tool.filter(|_| !ends_with_tool_result(messages));
         let stop_sequences = check_stop_sequences(get(fields, "stop_sequences"))?;
         let thinking = check_thinking(get(fields, "thinking"))?;
         let stream = match get(fields, "stream") {
@@ -530,8 +598,21 @@ fn input_words(system: Option<&str>, messages: &[Value]) -> u64 {
     words
 }
 
+/// Whether the last message is a user turn that carries a `tool_result`.
+fn ends_with_tool_result(messages: &[Value]) -> bool {
+    messages
+        .last()
+        .and_then(|m| m.get("content"))
+        .and_then(Value::as_array)
+        .is_some_and(|blocks| {
+            blocks
+                .iter()
+                .any(|b| b.get("type").and_then(Value::as_str) == Some("tool_result"))
+        })
+}
+
 /// Text of the last user message: its string content, or its `text` blocks
-/// joined by a space.
+/// and the text of its `tool_result`s joined by a space.
 fn last_user_text(messages: &[Value]) -> String {
     let mut out = String::new();
     let last = messages
@@ -543,8 +624,11 @@ fn last_user_text(messages: &[Value]) -> String {
         Some(Value::Array(blocks)) => {
             let texts = blocks
                 .iter()
-                .filter(|b| b.get("type").and_then(Value::as_str) == Some("text"))
-                .filter_map(|b| b.get("text").and_then(Value::as_str));
+                .filter_map(|b| match b.get("type").and_then(Value::as_str) {
+                    Some("text") => b.get("text").and_then(Value::as_str),
+                    Some("tool_result") => b.get("content").and_then(Value::as_str),
+                    _ => None,
+                });
             for (i, text) in texts.enumerate() {
                 if i > 0 {
                     out.push(' ');

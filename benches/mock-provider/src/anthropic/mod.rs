@@ -3,6 +3,8 @@
 
 mod messages;
 
+pub(crate) use messages::{answer_fields, Answered};
+
 use http::header::{HeaderName, HeaderValue};
 use http::{Method, Response, StatusCode};
 use serde::Serialize;
@@ -100,6 +102,14 @@ pub(crate) fn injected_error(status: u16, retry_after_ms: u64) -> Response<MockB
         );
     }
     resp
+}
+
+/// Answers a Messages API body as `POST /messages` does but without
+/// Anthropic's `x-api-key` / `anthropic-version` header checks, for
+/// platforms that front the API with their own authentication (Vertex AI's
+/// `rawPredict`). The body must name its `model`.
+pub(crate) fn messages_without_auth(ctx: &Ctx<'_>, body: &[u8]) -> Response<MockBody> {
+    messages::handle_body(ctx, body).unwrap_or_else(ApiError::into_response)
 }
 
 /// Routes an Anthropic request; anything but `POST /messages` gets 404

@@ -1,7 +1,8 @@
 //! `POST /chat/completions`: deterministic replies, tool calls and SSE
 //! streaming in OpenAI's Chat Completions format.
 //!
-//! The reply is `"mock reply to: <last user message text>"`, or `w1 ... wn`
+//! The reply is `"mock reply to: <last user or tool message text>"` (no tool
+//! call follows a tool result), or `w1 ... wn`
 //! under the `words` fault. Token counts are word counts.
 
 use bytes::Bytes;
@@ -137,8 +138,15 @@ enum Answer {
 
 impl Answer {
     fn from_request(req: &ChatRequest<'_>, words: Option<u64>) -> Result<Answer, ApiError> {
-        if let Some(name) = tool_to_call(req)? {
-            return Ok(Answer::ToolCall { name });
+        // After a tool result the model answers in words, so a test sees the result arrived.
+        let after_tool = req
+            .messages
+            .last()
+            .is_some_and(|m| m.role.as_str() == "tool");
+        if !after_tool {
+            if let Some(name) = tool_to_call(req)? {
+                return Ok(Answer::ToolCall { name });
+            }
         }
         let mut content = match words {
             Some(n) => text::numbered_words(usize::try_from(n).unwrap_or(usize::MAX)),
@@ -148,7 +156,7 @@ impl Answer {
                     .messages
                     .iter()
                     .rev()
-                    .find(|m| m.role.as_str() == "user");
+                    .find(|m| matches!(m.role.as_str(), "user" | "tool"));
                 if let Some(content) = last_user.and_then(|m| m.content.as_ref()) {
                     let mut first = true;
                     content.for_each_text(|t| {

@@ -193,6 +193,13 @@ fn fnv1a(mut hash: u64, bytes: &[u8]) -> u64 {
     hash
 }
 
+/// The vector this route returns for the text input `text`; the other
+/// wire formats' embedding routes use it too, so a text embeds the same
+/// whichever format asks.
+pub(crate) fn text_vector(text: &str, dimensions: u64) -> Vec<f32> {
+    vector(Item::Text(text).hash(), dimensions)
+}
+
 /// `dimensions` values in [-1, 1], one per position, from the item hash.
 fn vector(item_hash: u64, dimensions: u64) -> Vec<f32> {
     (0..dimensions)

@@ -1,9 +1,12 @@
 //! OpenAI wire format: routes, request parsing and response shapes.
 
+pub(crate) mod azure;
 mod chat;
 mod embeddings;
 mod fine_tuning;
 mod moderations;
+
+pub(crate) use embeddings::text_vector;
 
 use std::borrow::Cow;
 use std::time::{SystemTime, UNIX_EPOCH};
