@@ -55,8 +55,17 @@ pub async fn prepare(
     if let Flow::Respond(r) = gw.pipeline.on_route(cx, &mut target).await? {
         return Ok(Err(r));
     }
+    target.fill_settings(&cx.gw.provider_settings.0);
     let resolved = routing::resolve(target, &gw.endpoints)?;
     cx.response.provider = Some(resolved.spec.id.to_owned());
+    if resolved.spec.auth == crate::providers::AuthStyle::SigV4 {
+        // A signature covers the body's hash, and passthrough bodies stream through unread.
+        return Err(plugin_sdk::GatewayError::invalid(format!(
+            "{} signs every request over its body, which passthrough does not read; \
+             use the chat completions or embeddings routes",
+            resolved.spec.id
+        )));
+    }
     let suffix = cx.path.strip_prefix("/v1").unwrap_or(&cx.path);
     Ok(Ok(PassthroughTarget {
         path_and_query: resolved
@@ -68,7 +77,7 @@ pub async fn prepare(
                 "anthropic-version",
                 crate::providers::anthropic::DEFAULT_VERSION,
             )],
-            crate::providers::WireFormat::OpenAi => &[],
+            _ => &[],
         },
         endpoint: resolved.endpoint,
         sent_at: None,

@@ -32,6 +32,7 @@ pub fn dispatch(method: &Method, path: &str) -> Dispatch {
         (&Method::POST, "embeddings") => Route::Embeddings,
         (&Method::POST, "moderations") => Route::Moderations,
         (&Method::GET, "fine_tuning/jobs") => Route::FineTuningJobs,
+        (&Method::POST, "messages") => Route::Messages,
         (&Method::GET | &Method::POST | &Method::PUT | &Method::DELETE, r) if !r.is_empty() => {
             Route::Passthrough
         }
@@ -143,6 +144,14 @@ mod tests {
         );
         assert_eq!(
             dispatch(&Method::DELETE, "/v1/files/f1"),
+            Gateway(Route::Passthrough)
+        );
+        assert_eq!(
+            dispatch(&Method::POST, "/v1/messages"),
+            Gateway(Route::Messages)
+        );
+        assert_eq!(
+            dispatch(&Method::POST, "/v1/messages/count_tokens"),
             Gateway(Route::Passthrough)
         );
         assert_eq!(dispatch(&Method::PATCH, "/v1/files/f1"), NotFound);

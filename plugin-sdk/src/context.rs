@@ -20,6 +20,8 @@ pub enum Route {
     Moderations,
     /// `GET /v1/fine_tuning/jobs`
     FineTuningJobs,
+    /// `POST /v1/messages`: Anthropic's Messages API, for clients that speak it.
+    Messages,
     /// Any other `/v1/...` path, proxied untouched to the selected provider.
     Passthrough,
 }
@@ -32,6 +34,7 @@ impl Route {
             Route::Embeddings => "embeddings",
             Route::Moderations => "moderations",
             Route::FineTuningJobs => "fine_tuning.jobs",
+            Route::Messages => "messages",
             Route::Passthrough => "passthrough",
         }
     }

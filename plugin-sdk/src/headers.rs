@@ -63,6 +63,34 @@ impl GwHeader {
     }
 }
 
+/// Provider settings sent as headers (`x-gw-aws-region`...), by header suffix. Each becomes the
+/// target setting of the same name with `_` for `-` (`aws_region`).
+pub const PROVIDER_SETTINGS: &[&str] = &[
+    "azure-resource-name",
+    "azure-deployment-id",
+    "azure-api-version",
+    "azure-model-name",
+    "vertex-project-id",
+    "vertex-region",
+    "aws-access-key-id",
+    "aws-secret-access-key",
+    "aws-session-token",
+    "aws-region",
+];
+
+/// Provider settings from headers, as (setting name, value). `Debug` shows names only: some
+/// values are secrets.
+#[derive(Clone, Default)]
+pub struct ProviderSettings(pub Vec<(String, String)>);
+
+impl std::fmt::Debug for ProviderSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|(k, _)| k))
+            .finish()
+    }
+}
+
 /// True for a header in the gateway's own namespace, which is never sent upstream.
 pub fn is_gateway_header(name: &HeaderName) -> bool {
     let name = name.as_str();
@@ -90,6 +118,8 @@ pub struct GwHeaders {
     pub parent_span_id: Option<String>,
     pub span_name: Option<String>,
     pub strict_openai_compliance: Option<bool>,
+    /// Azure, Vertex and AWS settings (`x-gw-aws-region`...), for the provider they name.
+    pub provider_settings: ProviderSettings,
 }
 
 impl GwHeaders {
@@ -111,6 +141,20 @@ impl GwHeaders {
                 continue;
             };
             let Some(index) = GwHeader::ALL.iter().position(|h| h.suffix == suffix) else {
+                if PROVIDER_SETTINGS.contains(&suffix) {
+                    if let Some(value) =
+                        value.to_str().ok().map(str::trim).filter(|v| !v.is_empty())
+                    {
+                        let name = suffix.replace('-', "_");
+                        let settings = &mut gw.provider_settings.0;
+                        // The x-gw- spelling wins over x-portkey-.
+                        match settings.iter().position(|(k, _)| *k == name) {
+                            Some(i) if primary => settings[i].1 = value.to_owned(),
+                            Some(_) => {}
+                            None => settings.push((name, value.to_owned())),
+                        }
+                    }
+                }
                 continue;
             };
             if from_primary[index] && !primary {
@@ -260,6 +304,30 @@ mod tests {
             GwHeaders::parse(&h).unwrap().provider.as_deref(),
             Some("openai")
         );
+    }
+
+    #[test]
+    fn provider_settings_are_read_under_both_prefixes_and_hidden_from_debug() {
+        let h = map(&[
+            ("x-portkey-aws-region", "eu-west-1"),
+            ("x-gw-aws-region", "us-east-1"),
+            ("x-gw-aws-secret-access-key", "s3cret"),
+            ("x-portkey-azure-deployment-id", "dep"),
+            ("x-gw-unknown-thing", "x"),
+        ]);
+        let gw = GwHeaders::parse(&h).unwrap();
+        let get = |name: &str| {
+            gw.provider_settings
+                .0
+                .iter()
+                .find(|(k, _)| k == name)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(get("aws_region"), Some("us-east-1"));
+        assert_eq!(get("azure_deployment_id"), Some("dep"));
+        assert_eq!(get("aws_secret_access_key"), Some("s3cret"));
+        assert_eq!(gw.provider_settings.0.len(), 3);
+        assert!(!format!("{gw:?}").contains("s3cret"));
     }
 
     #[test]

@@ -29,6 +29,24 @@ pub struct Target {
 }
 
 impl Target {
+    /// A provider setting by name (`azure_deployment_id`, `aws_region`, `vertex_project_id`...).
+    pub fn setting(&self, name: &str) -> Option<&str> {
+        self.settings
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Adds the settings it lacks from `defaults` (the request's `x-gw-aws-region`... headers):
+    /// a target's own settings win.
+    pub fn fill_settings(&mut self, defaults: &[(String, String)]) {
+        for (k, v) in defaults {
+            if self.setting(k).is_none() {
+                self.settings.push((k.clone(), v.clone()));
+            }
+        }
+    }
+
     /// The target a saved provider stands for: its provider, key, host and settings.
     pub fn from_record(record: &ProviderRecord) -> Target {
         Target {

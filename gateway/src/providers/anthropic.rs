@@ -7,13 +7,17 @@
 //! Finish reasons: `end_turn`/`stop_sequence` -> `stop`, `max_tokens` -> `length`,
 //! `tool_use` -> `tool_calls`.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
 use plugin_sdk::llm::chat::{ChatRequest, ContentPart, MessageContent, Stop, ToolChoice};
-use plugin_sdk::{ErrorKind, GatewayError, Usage};
+use plugin_sdk::llm::LlmRequest;
+use plugin_sdk::{GatewayError, Usage};
+
+use super::chunks::{self, ChunkWriter};
+use super::{
+    CallInfo, Decoded, Encoded, EventTranslator, Outgoing, SseDecoder, StreamDecoder, WireFormat,
+};
 
 /// `max_tokens` when the client set none (Anthropic requires it).
 pub const DEFAULT_MAX_TOKENS: u64 = 4096;
@@ -135,6 +139,20 @@ pub fn encode_chat(req: &ChatRequest, model: Option<&str>) -> Result<Bytes, Gate
         .map_err(|e| GatewayError::internal(format!("cannot encode the anthropic request: {e}")))
 }
 
+/// The Messages API body for a cloud that hosts Anthropic's models (Vertex AI's `rawPredict`,
+/// Bedrock's `invoke`): the model is named in the URL, not the body, and `anthropic_version`
+/// (`vertex-2023-10-16`, `bedrock-2023-05-31`) moves into the body.
+pub fn encode_for_cloud(req: &ChatRequest, anthropic_version: &str) -> Result<Bytes, GatewayError> {
+    let body = encode_chat(req, None)?;
+    let mut value: Map<String, Value> = serde_json::from_slice(&body)
+        .map_err(|e| GatewayError::internal(format!("cannot re-read the anthropic body: {e}")))?;
+    value.remove("model");
+    value.insert("anthropic_version".into(), json!(anthropic_version));
+    serde_json::to_vec(&value)
+        .map(Bytes::from)
+        .map_err(|e| GatewayError::internal(format!("cannot encode the anthropic request: {e}")))
+}
+
 /// Appends blocks to the conversation, merging into the previous turn when it has the same role
 /// (Anthropic wants user and assistant turns to alternate).
 fn push_turn(messages: &mut Vec<Value>, role: &str, blocks: Vec<Value>) {
@@ -196,20 +214,14 @@ fn part_block(part: &ContentPart, i: usize, j: usize) -> Result<Value, GatewayEr
     }
 }
 
-fn finish_reason(stop_reason: Option<&str>) -> Value {
+fn finish_reason(stop_reason: Option<&str>) -> &str {
     match stop_reason {
-        Some("end_turn" | "stop_sequence") => json!("stop"),
-        Some("max_tokens") => json!("length"),
-        Some("tool_use") => json!("tool_calls"),
-        Some(other) => json!(other),
-        None => Value::Null,
+        Some("end_turn" | "stop_sequence") | None => "stop",
+        Some("max_tokens") => "length",
+        Some("tool_use") => "tool_calls",
+        Some("refusal") => "content_filter",
+        Some(other) => other,
     }
-}
-
-fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 fn usage_of(v: &Value) -> Usage {
@@ -221,19 +233,143 @@ fn usage_of(v: &Value) -> Usage {
     }
 }
 
-/// An answer in OpenAI's chat.completion shape, with its usage. `content_blocks` (thinking and
-/// text) is added unless `strict` OpenAI compliance was asked for.
-pub fn decode_chat(body: &[u8], strict: bool) -> Result<(Bytes, Usage), GatewayError> {
-    let bad = |why: String| {
-        GatewayError::new(
-            ErrorKind::UpstreamBadResponse,
-            format!("anthropic answered something that is not a message: {why}"),
-        )
+/// Encodes a chat request for Anthropic's Messages API (`POST /messages`).
+pub fn encode(out: &Outgoing<'_>) -> Result<Encoded, GatewayError> {
+    let LlmRequest::Chat(chat) = out.request else {
+        return Err(GatewayError::invalid(format!(
+            "{} serves chat completions only, not {}",
+            out.spec.id,
+            out.route.as_str()
+        )));
     };
-    let msg: Value = serde_json::from_slice(body).map_err(|e| bad(e.to_string()))?;
+    let mut encoded = Encoded::new(encode_chat(chat, None)?, "/messages", WireFormat::Anthropic);
+    encoded
+        .headers
+        .push(("anthropic-version", DEFAULT_VERSION.to_owned()));
+    Ok(encoded)
+}
+
+/// `anthropic_version` in the body of Anthropic's models on Vertex AI.
+pub const VERTEX_VERSION: &str = "vertex-2023-10-16";
+/// `anthropic_version` in the body of Anthropic's models on Bedrock.
+pub const BEDROCK_VERSION: &str = "bedrock-2023-05-31";
+
+/// Encodes a `POST /v1/messages` request (the client speaks Anthropic's format) for the clouds
+/// that host Anthropic's models: Anthropic itself gets the client's bytes; Vertex AI
+/// (`rawPredict`) and Bedrock (`invoke`) get the body with the model moved into the URL and
+/// their `anthropic_version` in the body. The answer goes back in Anthropic's format.
+pub fn encode_ingress(out: &Outgoing<'_>) -> Result<Encoded, GatewayError> {
+    let stream = out.stream();
+    match out.spec.id {
+        "anthropic" => {
+            let mut encoded = Encoded::new(out.raw.clone(), "/messages", WireFormat::Anthropic);
+            encoded
+                .headers
+                .push(("anthropic-version", DEFAULT_VERSION.to_owned()));
+            Ok(encoded)
+        }
+        "vertex-ai" => {
+            let (project, region) = super::vertex_location(out.target)?;
+            let body = for_cloud(out.raw, VERTEX_VERSION, &["model"])?;
+            let action = if stream {
+                "streamRawPredict"
+            } else {
+                "rawPredict"
+            };
+            let path = format!(
+                "/projects/{project}/locations/{region}/publishers/anthropic/models/{}:{action}",
+                super::openai::path_segment(out.model())
+            );
+            Ok(Encoded::new(body, path, WireFormat::Anthropic))
+        }
+        "bedrock" => {
+            // Bedrock streams by operation (`invoke-with-response-stream`) and refuses the field.
+            let body = for_cloud(out.raw, BEDROCK_VERSION, &["model", "stream"])?;
+            let action = if stream {
+                "invoke-with-response-stream"
+            } else {
+                "invoke"
+            };
+            let path = format!(
+                "/model/{}/{action}",
+                super::openai::path_segment(out.model())
+            );
+            Ok(Encoded::new(body, path, WireFormat::Bedrock))
+        }
+        other => Err(GatewayError::invalid_param(
+            "x-gw-provider",
+            format!(
+                "/v1/messages speaks Anthropic's format, which anthropic, vertex-ai and bedrock \
+                 serve; {other} does not (use /v1/chat/completions)"
+            ),
+        )),
+    }
+}
+
+/// A client's Messages body for a cloud: without the fields the cloud takes elsewhere, with the
+/// cloud's `anthropic_version`.
+fn for_cloud(
+    raw: &Bytes,
+    anthropic_version: &str,
+    removed: &[&str],
+) -> Result<Bytes, GatewayError> {
+    let mut value: Map<String, Value> = serde_json::from_slice(raw)
+        .map_err(|e| GatewayError::invalid(format!("request body is not a JSON object: {e}")))?;
+    for field in removed {
+        value.remove(*field);
+    }
+    value
+        .entry("anthropic_version")
+        .or_insert_with(|| json!(anthropic_version));
+    serde_json::to_vec(&value)
+        .map(Bytes::from)
+        .map_err(|e| GatewayError::internal(format!("cannot encode the anthropic request: {e}")))
+}
+
+/// The model and usage of a Messages API answer or stream event, for logs and metrics.
+pub fn summarize(body: &[u8]) -> (Option<String>, Option<Usage>) {
+    let Ok(v) = serde_json::from_slice::<Value>(body) else {
+        return (None, None);
+    };
+    let (message, usage) = match v["type"].as_str() {
+        Some("message_start") => (&v["message"], &v["message"]["usage"]),
+        _ => (&v, &v["usage"]),
+    };
+    let model = message["model"].as_str().map(str::to_owned);
+    let usage = usage.is_object().then(|| usage_of(usage));
+    (model, usage)
+}
+
+/// Decodes a whole Messages API answer.
+pub fn decode(call: &CallInfo, body: &[u8]) -> Result<Decoded, GatewayError> {
+    let (body, usage, model) = decode_chat(call.provider, body, call.strict)?;
+    Ok(Decoded {
+        body,
+        model: Some(model).filter(|m| !m.is_empty()),
+        usage: Some(usage),
+    })
+}
+
+/// The translator of a Messages API event stream.
+pub fn stream(call: &CallInfo) -> Box<dyn StreamDecoder> {
+    Box::new(SseDecoder::new(StreamTranslator::new(
+        call.provider,
+        call.include_usage,
+        call.strict,
+    )))
+}
+
+/// An answer in OpenAI's chat.completion shape, with its usage and model. `content_blocks`
+/// (thinking and text) is added unless `strict` OpenAI compliance was asked for.
+pub fn decode_chat(
+    provider: &str,
+    body: &[u8],
+    strict: bool,
+) -> Result<(Bytes, Usage, String), GatewayError> {
+    let msg: Value = serde_json::from_slice(body).map_err(|e| chunks::bad_answer(provider, e))?;
     let blocks = msg["content"]
         .as_array()
-        .ok_or_else(|| bad("no content list".into()))?;
+        .ok_or_else(|| chunks::bad_answer(provider, "a message without a content list"))?;
     let mut text = String::new();
     let mut tool_calls = Vec::new();
     let mut content_blocks = Vec::new();
@@ -244,11 +380,11 @@ pub fn decode_chat(body: &[u8], strict: bool) -> Result<(Bytes, Usage), GatewayE
                 text.push_str(t);
                 content_blocks.push(json!({"type": "text", "text": t}));
             }
-            Some("tool_use") => tool_calls.push(json!({
-                "id": block["id"],
-                "type": "function",
-                "function": {"name": block["name"], "arguments": block["input"].to_string()},
-            })),
+            Some("tool_use") => tool_calls.push(chunks::tool_call(
+                block["id"].as_str().unwrap_or_default(),
+                block["name"].as_str().unwrap_or_default(),
+                block["input"].to_string(),
+            )),
             Some("thinking") => content_blocks.push(json!({
                 "type": "thinking", "thinking": block["thinking"], "signature": block["signature"],
             })),
@@ -256,120 +392,80 @@ pub fn decode_chat(body: &[u8], strict: bool) -> Result<(Bytes, Usage), GatewayE
         }
     }
     let usage = usage_of(&msg["usage"]);
-    let mut message = json!({
-        "role": "assistant",
-        "content": if text.is_empty() && !tool_calls.is_empty() { Value::Null } else { json!(text) },
-    });
-    if !tool_calls.is_empty() {
-        message["tool_calls"] = Value::Array(tool_calls);
-    }
-    let has_thinking = content_blocks.iter().any(|b| b["type"] == "thinking");
-    if !strict && has_thinking {
+    let mut message = chunks::assistant_message(text, tool_calls);
+    if !strict && content_blocks.iter().any(|b| b["type"] == "thinking") {
         message["content_blocks"] = Value::Array(content_blocks);
     }
-    let out = json!({
-        "id": msg["id"],
-        "object": "chat.completion",
-        "created": now_secs(),
-        "model": msg["model"],
-        "choices": [{
-            "index": 0,
-            "message": message,
-            "logprobs": null,
-            "finish_reason": finish_reason(msg["stop_reason"].as_str()),
-        }],
-        "usage": {
-            "prompt_tokens": usage.prompt_tokens,
-            "completion_tokens": usage.completion_tokens,
-            "total_tokens": usage.total(),
-        },
-    });
-    Ok((Bytes::from(out.to_string()), usage))
+    let model = msg["model"].as_str().unwrap_or_default().to_owned();
+    let body = chunks::completion(
+        msg["id"].as_str().unwrap_or_default(),
+        &model,
+        message,
+        json!(finish_reason(msg["stop_reason"].as_str())),
+        usage,
+    );
+    Ok((body, usage, model))
 }
 
 /// Translates Anthropic's event stream into OpenAI chunks, one event at a time.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct StreamTranslator {
-    id: String,
-    model: String,
-    created: u64,
+    provider: &'static str,
+    out: ChunkWriter,
     /// Anthropic block index -> OpenAI tool call index, for tool_use blocks.
     tool_index: Vec<(u64, usize)>,
-    tools: usize,
     usage: Usage,
-    finish: Option<Value>,
-    include_usage: bool,
+    finish: Option<String>,
     strict: bool,
-    done: bool,
 }
 
 impl StreamTranslator {
-    pub fn new(include_usage: bool, strict: bool) -> Self {
+    pub fn new(provider: &'static str, include_usage: bool, strict: bool) -> Self {
         StreamTranslator {
-            include_usage,
+            provider,
+            out: ChunkWriter::new("", "", include_usage),
+            tool_index: Vec::new(),
+            usage: Usage::default(),
+            finish: None,
             strict,
-            created: now_secs(),
-            ..Default::default()
         }
-    }
-
-    /// The usage reported so far.
-    pub fn usage(&self) -> Usage {
-        self.usage
-    }
-
-    /// The model the stream reported.
-    pub fn model(&self) -> Option<&str> {
-        (!self.model.is_empty()).then_some(self.model.as_str())
     }
 
     /// Whether the stream has ended (`message_stop` or an error).
     pub fn is_done(&self) -> bool {
-        self.done
+        self.out.ended()
     }
+}
 
-    fn chunk(&self, delta: Value, finish: Value) -> String {
-        let c = json!({
-            "id": self.id, "object": "chat.completion.chunk", "created": self.created,
-            "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}],
-        });
-        format!("data: {c}\n\n")
-    }
-
-    /// The OpenAI SSE bytes for one Anthropic event's `data` payload (possibly none).
-    pub fn translate(&mut self, data: &[u8]) -> String {
+impl EventTranslator for StreamTranslator {
+    fn event(&mut self, data: &[u8], out: &mut String) {
         let Ok(event) = serde_json::from_slice::<Value>(data) else {
-            return String::new();
+            return;
         };
         match event["type"].as_str() {
             Some("message_start") => {
                 let m = &event["message"];
-                self.id = m["id"].as_str().unwrap_or_default().to_owned();
-                self.model = m["model"].as_str().unwrap_or_default().to_owned();
+                self.out.id = m["id"].as_str().unwrap_or_default().to_owned();
+                self.out.model = m["model"].as_str().unwrap_or_default().to_owned();
                 self.usage = usage_of(&m["usage"]);
-                self.chunk(json!({"role": "assistant", "content": ""}), Value::Null)
+                self.out.role(out);
             }
-            Some("content_block_start") => {
+            Some("content_block_start") if event["content_block"]["type"] == "tool_use" => {
                 let block = &event["content_block"];
-                if block["type"] == "tool_use" {
-                    let index = self.tools;
-                    self.tools += 1;
-                    self.tool_index
-                        .push((event["index"].as_u64().unwrap_or(0), index));
-                    self.chunk(
-                        json!({"tool_calls": [{"index": index, "id": block["id"], "type": "function",
-                                "function": {"name": block["name"], "arguments": ""}}]}),
-                        Value::Null,
-                    )
-                } else {
-                    String::new()
-                }
+                let index = self.tool_index.len();
+                self.tool_index
+                    .push((event["index"].as_u64().unwrap_or(0), index));
+                self.out.tool_start(
+                    index,
+                    block["id"].as_str().unwrap_or_default(),
+                    block["name"].as_str().unwrap_or_default(),
+                    out,
+                );
             }
             Some("content_block_delta") => {
                 let delta = &event["delta"];
                 match delta["type"].as_str() {
-                    Some("text_delta") => self.chunk(json!({"content": delta["text"]}), Value::Null),
+                    Some("text_delta") => self.out.text(delta["text"].as_str().unwrap_or_default(), out),
                     Some("input_json_delta") => {
                         let block = event["index"].as_u64().unwrap_or(0);
                         let index = self
@@ -377,57 +473,61 @@ impl StreamTranslator {
                             .iter()
                             .find(|(b, _)| *b == block)
                             .map_or(0, |(_, i)| *i);
-                        self.chunk(
-                            json!({"tool_calls": [{"index": index, "function": {"arguments": delta["partial_json"]}}]}),
-                            Value::Null,
-                        )
+                        self.out.tool_arguments(
+                            index,
+                            delta["partial_json"].as_str().unwrap_or_default(),
+                            out,
+                        );
                     }
-                    Some("thinking_delta") if !self.strict => self.chunk(
+                    Some("thinking_delta") if !self.strict => self.out.delta(
                         json!({"content_blocks": [{"index": event["index"], "delta": {"thinking": delta["thinking"]}}]}),
-                        Value::Null,
+                        out,
                     ),
-                    _ => String::new(),
+                    _ => {}
                 }
             }
             Some("message_delta") => {
-                if let Some(out) = event["usage"]["output_tokens"].as_u64() {
-                    self.usage.completion_tokens = out;
+                if let Some(n) = event["usage"]["output_tokens"].as_u64() {
+                    self.usage.completion_tokens = n;
                 }
-                self.finish = Some(finish_reason(event["delta"]["stop_reason"].as_str()));
-                String::new()
+                self.finish =
+                    Some(finish_reason(event["delta"]["stop_reason"].as_str()).to_owned());
             }
             Some("message_stop") => {
-                self.done = true;
-                let mut out = self.chunk(json!({}), self.finish.clone().unwrap_or(json!("stop")));
-                if self.include_usage {
-                    let u = json!({
-                        "id": self.id, "object": "chat.completion.chunk", "created": self.created,
-                        "model": self.model, "choices": [],
-                        "usage": {"prompt_tokens": self.usage.prompt_tokens,
-                                  "completion_tokens": self.usage.completion_tokens,
-                                  "total_tokens": self.usage.total()},
-                    });
-                    out.push_str(&format!("data: {u}\n\n"));
-                }
-                out.push_str("data: [DONE]\n\n");
-                out
+                let finish = self.finish.take().unwrap_or_else(|| "stop".to_owned());
+                self.out.end(&finish, self.usage, out);
             }
             Some("error") => {
-                self.done = true;
                 let message = event["error"]["message"].as_str().unwrap_or("stream error");
-                let e = json!({"error": {"message": format!("anthropic error: {message}"),
-                    "type": event["error"]["type"], "param": null, "code": null}});
-                format!("data: {e}\n\n")
+                let kind = event["error"]["type"].as_str();
+                self.out.error(self.provider, message, kind, out);
             }
-            _ => String::new(),
+            _ => {}
         }
+    }
+
+    fn end(&mut self, out: &mut String) {
+        // A stream that stops without message_stop was cut short: say so rather than finish.
+        self.out.error(
+            self.provider,
+            "the stream ended before the message was complete",
+            Some("api_error"),
+            out,
+        );
+    }
+
+    fn usage(&self) -> Option<Usage> {
+        Some(self.usage)
+    }
+
+    fn model(&self) -> Option<&str> {
+        (!self.out.model.is_empty()).then_some(self.out.model.as_str())
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sse::{event_data, EventSplitter};
     use plugin_sdk::llm::LlmRequest;
     use plugin_sdk::Route;
 
@@ -494,7 +594,9 @@ mod tests {
                         {"type": "text", "text": "calling"},
                         {"type": "tool_use", "id": "toolu_1", "name": "get", "input": {"q": 1}}],
             "stop_reason": "tool_use", "usage": {"input_tokens": 10, "output_tokens": 4}});
-        let (body, usage) = decode_chat(answer.to_string().as_bytes(), false).unwrap();
+        let (body, usage, model) =
+            decode_chat("anthropic", answer.to_string().as_bytes(), false).unwrap();
+        assert_eq!(model, "claude-x");
         let out: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(
             usage,
@@ -512,7 +614,7 @@ mod tests {
         );
         assert_eq!(c["message"]["content_blocks"][0]["type"], "thinking");
         assert_eq!(out["usage"]["total_tokens"], 14);
-        let (strict, _) = decode_chat(answer.to_string().as_bytes(), true).unwrap();
+        let (strict, _, _) = decode_chat("anthropic", answer.to_string().as_bytes(), true).unwrap();
         let strict: Value = serde_json::from_slice(&strict).unwrap();
         assert!(strict["choices"][0]["message"]
             .get("content_blocks")
@@ -523,13 +625,13 @@ mod tests {
             ("max_tokens", "length"),
         ] {
             let a = json!({"id": "m", "model": "x", "content": [{"type": "text", "text": "t"}], "stop_reason": reason, "usage": {}});
-            let (b, _) = decode_chat(a.to_string().as_bytes(), false).unwrap();
+            let (b, _, _) = decode_chat("anthropic", a.to_string().as_bytes(), false).unwrap();
             assert_eq!(
                 serde_json::from_slice::<Value>(&b).unwrap()["choices"][0]["finish_reason"],
                 want
             );
         }
-        let err = decode_chat(b"<html>", false).unwrap_err();
+        let err = decode_chat("anthropic", b"<html>", false).unwrap_err();
         assert_eq!(err.status().as_u16(), 502);
     }
 
@@ -549,15 +651,13 @@ mod tests {
     );
 
     fn translate_in_reads(reads: &[&[u8]]) -> (String, Usage) {
-        let mut splitter = EventSplitter::default();
-        let mut t = StreamTranslator::new(true, false);
-        let mut out = String::new();
+        let mut d = SseDecoder::new(StreamTranslator::new("anthropic", true, false));
+        let mut out = Vec::new();
         for read in reads {
-            for data in event_data(&splitter.push(read)) {
-                out.push_str(&t.translate(&data));
-            }
+            out.extend_from_slice(&d.push(read));
         }
-        (out, t.usage())
+        out.extend_from_slice(&d.finish());
+        (String::from_utf8(out).unwrap(), d.usage().unwrap())
     }
 
     #[test]
@@ -602,8 +702,9 @@ mod tests {
 
         // Any split of the byte stream into reads gives the same chunks (created is per stream).
         let strip = |s: &str| {
-            s.replace(&format!("\"created\":{}", now_secs()), "")
-                .replace(&format!("\"created\":{}", now_secs() - 1), "")
+            let now = chunks::now_secs();
+            s.replace(&format!("\"created\":{now}"), "")
+                .replace(&format!("\"created\":{}", now - 1), "")
         };
         let bytes = STREAM.as_bytes();
         for step in [1, 2, 3, 7, 13, 64, 200] {
@@ -615,13 +716,33 @@ mod tests {
 
     #[test]
     fn a_stream_error_becomes_an_error_event() {
-        let mut t = StreamTranslator::new(false, false);
-        let out = t.translate(
+        let mut t = StreamTranslator::new("anthropic", false, false);
+        let mut out = String::new();
+        t.event(
             br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+            &mut out,
         );
         assert!(t.is_done());
         let e: Value = serde_json::from_str(out.trim().strip_prefix("data: ").unwrap()).unwrap();
         assert_eq!(e["error"]["message"], "anthropic error: Overloaded");
         assert_eq!(e["error"]["type"], "overloaded_error");
+        // Nothing follows the error, not even at the end of the stream.
+        let mut rest = String::new();
+        t.end(&mut rest);
+        assert!(rest.is_empty());
+    }
+
+    #[test]
+    fn a_stream_cut_short_ends_with_an_error_event() {
+        let (out, _) = translate_in_reads(&[STREAM
+            .split("event: message_stop")
+            .next()
+            .unwrap()
+            .as_bytes()]);
+        assert!(!out.contains("[DONE]"));
+        assert!(
+            out.contains("the stream ended before the message was complete"),
+            "{out}"
+        );
     }
 }

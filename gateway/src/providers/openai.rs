@@ -7,6 +7,54 @@ use serde_json::{Map, Value};
 
 use plugin_sdk::{GatewayError, Usage};
 
+use super::{Encoded, Outgoing, WireFormat};
+
+/// `api-version` for Azure OpenAI when the client sends no `x-gw-azure-api-version`.
+pub const AZURE_DEFAULT_API_VERSION: &str = "2024-10-21";
+
+/// The request for an OpenAI-format provider: the client's bytes (with overrides) to the client's
+/// path. Azure OpenAI addresses a deployment instead: `/deployments/{id}<path>?api-version=...`.
+pub fn encode(out: &Outgoing<'_>) -> Result<Encoded, GatewayError> {
+    if out.spec.id != "azure-openai" {
+        return Ok(Encoded::new(
+            out.raw.clone(),
+            out.suffix,
+            WireFormat::OpenAi,
+        ));
+    }
+    let deployment = out.target.setting("azure_deployment_id").ok_or_else(|| {
+        GatewayError::invalid_param(
+            "x-gw-azure-deployment-id",
+            "azure-openai needs the deployment: send x-gw-azure-deployment-id",
+        )
+    })?;
+    let version = out
+        .target
+        .setting("azure_api_version")
+        .unwrap_or(AZURE_DEFAULT_API_VERSION);
+    let mut encoded = Encoded::new(
+        out.raw.clone(),
+        format!("/deployments/{}{}", path_segment(deployment), out.suffix),
+        WireFormat::OpenAi,
+    );
+    encoded.query = Some(format!("api-version={}", path_segment(version)));
+    Ok(encoded)
+}
+
+/// A value made safe as one path segment or query value: RFC 3986 unreserved characters stay,
+/// everything else is percent-encoded.
+pub fn path_segment(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for b in value.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// The body to send: the client's bytes when nothing overrides them, else the body with the
 /// target's `override_params` merged in (the target's values win).
 pub fn encode_body(

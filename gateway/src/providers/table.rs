@@ -8,6 +8,26 @@ pub enum WireFormat {
     OpenAi,
     /// Anthropic's Messages API (chat only).
     Anthropic,
+    /// Google's Gemini API (`generateContent`, `streamGenerateContent`, `batchEmbedContents`);
+    /// Vertex AI serves the same format under a project and region.
+    Gemini,
+    /// AWS Bedrock's Converse and ConverseStream APIs, and InvokeModel for embeddings.
+    Bedrock,
+    /// Cohere's v2 Chat and Embed APIs.
+    Cohere,
+}
+
+impl WireFormat {
+    /// The name used in docs and the README's provider table.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WireFormat::OpenAi => "openai",
+            WireFormat::Anthropic => "anthropic",
+            WireFormat::Gemini => "gemini",
+            WireFormat::Bedrock => "bedrock",
+            WireFormat::Cohere => "cohere",
+        }
+    }
 }
 
 /// How the provider wants the credential.
@@ -19,6 +39,8 @@ pub enum AuthStyle {
     OptionalBearer,
     /// The key in a header of this name (`api-key`, `x-api-key`...).
     Header(&'static str),
+    /// AWS Signature Version 4 from the `aws_*` settings; no key is sent.
+    SigV4,
 }
 
 /// One row of the provider table.
@@ -28,7 +50,8 @@ pub struct ProviderSpec {
     pub id: &'static str,
     pub name: &'static str,
     pub format: WireFormat,
-    /// Base URL that the OpenAI path after `/v1` is appended to.
+    /// Base URL that the codec's path is appended to (for OpenAI's format, the client's path
+    /// after `/v1`). `{name}` stands for the target's setting of that name (`{aws_region}`).
     pub base_url: &'static str,
     pub auth: AuthStyle,
 }
@@ -136,6 +159,41 @@ pub static PROVIDERS: &[ProviderSpec] = &[
         base_url: "https://api.anthropic.com/v1",
         auth: AuthStyle::Header("x-api-key"),
     },
+    ProviderSpec {
+        id: "azure-openai",
+        name: "Azure OpenAI",
+        format: WireFormat::OpenAi,
+        base_url: "https://{azure_resource_name}.openai.azure.com/openai",
+        auth: AuthStyle::Header("api-key"),
+    },
+    ProviderSpec {
+        id: "google",
+        name: "Google Gemini",
+        format: WireFormat::Gemini,
+        base_url: "https://generativelanguage.googleapis.com/v1beta",
+        auth: AuthStyle::Header("x-goog-api-key"),
+    },
+    ProviderSpec {
+        id: "vertex-ai",
+        name: "Google Vertex AI",
+        format: WireFormat::Gemini,
+        base_url: "https://{vertex_region}-aiplatform.googleapis.com/v1",
+        auth: AuthStyle::Bearer,
+    },
+    ProviderSpec {
+        id: "bedrock",
+        name: "AWS Bedrock",
+        format: WireFormat::Bedrock,
+        base_url: "https://bedrock-runtime.{aws_region}.amazonaws.com",
+        auth: AuthStyle::SigV4,
+    },
+    ProviderSpec {
+        id: "cohere",
+        name: "Cohere",
+        format: WireFormat::Cohere,
+        base_url: "https://api.cohere.com/v2",
+        auth: AuthStyle::Bearer,
+    },
     local_openai_compatible("ollama", "Ollama", "http://localhost:11434/v1"),
     local_openai_compatible("lm-studio", "LM Studio", "http://localhost:1234/v1"),
 ];
@@ -167,7 +225,19 @@ mod tests {
         assert_eq!(ids.len(), PROVIDERS.len());
         assert!(PROVIDERS.len() >= 20);
         for p in PROVIDERS {
-            let ep = Endpoint::parse(p.base_url).unwrap_or_else(|e| panic!("{}: {e}", p.id));
+            // Templated URLs are checked with their settings filled in.
+            let url = p
+                .base_url
+                .replace("{azure_resource_name}", "res")
+                .replace("{vertex_region}", "us-central1")
+                .replace("{aws_region}", "us-east-1");
+            assert!(
+                !url.contains('{'),
+                "{}: unknown setting in {}",
+                p.id,
+                p.base_url
+            );
+            let ep = Endpoint::parse(&url).unwrap_or_else(|e| panic!("{}: {e}", p.id));
             assert!(!ep.base_path.ends_with('/'), "{}", p.id);
         }
         assert_eq!(

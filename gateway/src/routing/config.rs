@@ -57,7 +57,12 @@ pub enum NodeKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TargetRef {
     /// A provider id with an optional key.
-    Provider { id: String, api_key: Option<String> },
+    Provider {
+        id: String,
+        api_key: Option<String>,
+        /// Provider settings given on the target (`aws_region`, `azure_deployment_id`...).
+        settings: Vec<(String, String)>,
+    },
     /// A saved provider (`provider: "@slug"` or `virtual_key: "slug"`).
     Saved(String),
 }
@@ -225,10 +230,51 @@ struct RawNode {
     forward_headers: Option<Vec<String>>,
     #[serde(default)]
     cb_config: Option<RawCircuitBreaker>,
+    #[serde(default)]
+    azure_resource_name: Option<String>,
+    #[serde(default)]
+    azure_deployment_id: Option<String>,
+    #[serde(default)]
+    azure_api_version: Option<String>,
+    #[serde(default)]
+    azure_model_name: Option<String>,
+    #[serde(default)]
+    vertex_project_id: Option<String>,
+    #[serde(default)]
+    vertex_region: Option<String>,
+    #[serde(default)]
+    aws_access_key_id: Option<String>,
+    #[serde(default)]
+    aws_secret_access_key: Option<String>,
+    #[serde(default)]
+    aws_session_token: Option<String>,
+    #[serde(default)]
+    aws_region: Option<String>,
     #[serde(default, alias = "input_guardrails")]
     before_request_hooks: Option<Value>,
     #[serde(default, alias = "output_guardrails")]
     after_request_hooks: Option<Value>,
+}
+
+impl RawNode {
+    /// The provider settings written on the node, as (name, value).
+    fn provider_settings(&self) -> Vec<(String, String)> {
+        [
+            ("azure_resource_name", &self.azure_resource_name),
+            ("azure_deployment_id", &self.azure_deployment_id),
+            ("azure_api_version", &self.azure_api_version),
+            ("azure_model_name", &self.azure_model_name),
+            ("vertex_project_id", &self.vertex_project_id),
+            ("vertex_region", &self.vertex_region),
+            ("aws_access_key_id", &self.aws_access_key_id),
+            ("aws_secret_access_key", &self.aws_secret_access_key),
+            ("aws_session_token", &self.aws_session_token),
+            ("aws_region", &self.aws_region),
+        ]
+        .into_iter()
+        .filter_map(|(k, v)| v.as_ref().map(|v| (k.to_owned(), v.clone())))
+        .collect()
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -417,6 +463,7 @@ fn parse_node(
             None if table::find(p).is_some() => Some(TargetRef::Provider {
                 id: p.clone(),
                 api_key: raw.api_key.clone(),
+                settings: raw.provider_settings(),
             }),
             None => {
                 problem(

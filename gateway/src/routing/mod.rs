@@ -42,7 +42,8 @@ impl Endpoints {
             .map(|(id, ep)| (id.clone(), Arc::new(ep.clone())))
             .collect();
         for spec in table::PROVIDERS {
-            if !table.contains_key(spec.id) {
+            // A templated base URL is filled in per request, from the target's settings.
+            if !table.contains_key(spec.id) && !spec.base_url.contains('{') {
                 if let Ok(ep) = Endpoint::parse(spec.base_url) {
                     table.insert(spec.id.to_owned(), Arc::new(ep));
                 }
@@ -78,6 +79,7 @@ impl ResolvedTarget {
                 ("authorization", format!("Bearer {key}"))
             }
             AuthStyle::Header(name) => (name, key.to_owned()),
+            AuthStyle::SigV4 => return None,
         })
     }
 }
@@ -127,9 +129,14 @@ pub fn config_target(
     providers: &dyn ProviderStore,
 ) -> Result<Target, GatewayError> {
     let mut out = match target {
-        TargetRef::Provider { id, api_key } => Target {
+        TargetRef::Provider {
+            id,
+            api_key,
+            settings,
+        } => Target {
             provider: id.clone(),
             api_key: api_key.clone(),
+            settings: settings.clone(),
             ..Target::default()
         },
         TargetRef::Saved(slug) => {
@@ -156,6 +163,42 @@ pub fn config_target(
     Ok(out)
 }
 
+/// A templated base URL (`https://bedrock-runtime.{aws_region}.amazonaws.com`) with the target's
+/// settings filled in. Values go into a host name, so only letters, digits and `-` are allowed.
+fn fill_base_url(spec: &ProviderSpec, target: &Target) -> Result<String, GatewayError> {
+    let mut url = String::with_capacity(spec.base_url.len() + 16);
+    let mut rest = spec.base_url;
+    while let Some(open) = rest.find('{') {
+        let close = rest[open..]
+            .find('}')
+            .map(|c| open + c)
+            .ok_or_else(|| GatewayError::internal(format!("bad base URL for {}", spec.id)))?;
+        let name = &rest[open + 1..close];
+        let header = format!("x-gw-{}", name.replace('_', "-"));
+        let value = target.setting(name).ok_or_else(|| {
+            GatewayError::invalid_param(
+                header.clone(),
+                format!("provider {} needs {header}", spec.id),
+            )
+        })?;
+        if value.is_empty()
+            || !value
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        {
+            return Err(GatewayError::invalid_param(
+                header.clone(),
+                format!("{header} may hold only letters, digits and '-', got {value:?}"),
+            ));
+        }
+        url.push_str(&rest[..open]);
+        url.push_str(value);
+        rest = &rest[close + 1..];
+    }
+    url.push_str(rest);
+    Ok(url)
+}
+
 /// Binds a target to its provider row and endpoint (its custom host, else the operator's base
 /// URL for the provider, else the table's); unknown providers and bad hosts are 400s, a missing
 /// key a 401, each saying what to send.
@@ -172,13 +215,14 @@ pub fn resolve(target: Target, endpoints: &Endpoints) -> Result<ResolvedTarget, 
     })?;
     let endpoint = match &target.custom_host {
         Some(host) => endpoints.custom(host)?,
-        None => endpoints
-            .base_urls
-            .get(spec.id)
-            .cloned()
-            .ok_or_else(|| GatewayError::internal(format!("no base URL for {}", spec.id)))?,
+        None => match endpoints.base_urls.get(spec.id) {
+            Some(ep) => ep.clone(),
+            None => endpoints.custom(&fill_base_url(spec, &target)?)?,
+        },
     };
-    if target.api_key.is_none() && spec.auth != AuthStyle::OptionalBearer {
+    if target.api_key.is_none()
+        && !matches!(spec.auth, AuthStyle::OptionalBearer | AuthStyle::SigV4)
+    {
         return Err(GatewayError::new(
             plugin_sdk::ErrorKind::Unauthorized,
             format!(
@@ -192,4 +236,59 @@ pub fn resolve(target: Target, endpoints: &Endpoints) -> Result<ResolvedTarget, 
         endpoint,
         target,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(provider: &str, settings: &[(&str, &str)]) -> Target {
+        Target {
+            provider: provider.into(),
+            api_key: Some("k".into()),
+            settings: settings
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            ..Target::default()
+        }
+    }
+
+    #[test]
+    fn templated_base_urls_take_the_targets_settings() {
+        let endpoints = Endpoints::new(&BTreeMap::new());
+        let r = resolve(
+            target("bedrock", &[("aws_region", "eu-west-3")]),
+            &endpoints,
+        )
+        .unwrap();
+        assert_eq!(
+            r.endpoint.authority(),
+            "bedrock-runtime.eu-west-3.amazonaws.com"
+        );
+        let r = resolve(
+            target("azure-openai", &[("azure_resource_name", "my-res")]),
+            &endpoints,
+        )
+        .unwrap();
+        assert_eq!(r.endpoint.authority(), "my-res.openai.azure.com");
+        assert_eq!(r.endpoint.base_path, "/openai");
+
+        let e = resolve(target("vertex-ai", &[]), &endpoints).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("x-gw-vertex-region"));
+        // A value that would change the host is refused.
+        for bad in ["evil.com/x", "a.b", "", "x@y"] {
+            let e = resolve(target("bedrock", &[("aws_region", bad)]), &endpoints).unwrap_err();
+            assert_eq!(e.param.as_deref(), Some("x-gw-aws-region"), "{bad}");
+        }
+    }
+
+    #[test]
+    fn sigv4_providers_need_no_key_and_send_none() {
+        let endpoints = Endpoints::new(&BTreeMap::new());
+        let mut t = target("bedrock", &[("aws_region", "us-east-1")]);
+        t.api_key = None;
+        let r = resolve(t, &endpoints).unwrap();
+        assert!(r.auth_header().is_none());
+    }
 }

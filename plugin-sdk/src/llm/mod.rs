@@ -7,6 +7,7 @@
 
 pub mod chat;
 pub mod embeddings;
+pub mod messages;
 pub mod moderations;
 
 use serde::de::DeserializeOwned;
@@ -16,6 +17,7 @@ use crate::error::GatewayError;
 
 pub use chat::ChatRequest;
 pub use embeddings::EmbeddingsRequest;
+pub use messages::MessagesRequest;
 pub use moderations::ModerationRequest;
 
 /// The decoded body of a request.
@@ -27,6 +29,8 @@ pub enum LlmRequest {
     Chat(Box<ChatRequest>),
     Embeddings(Box<EmbeddingsRequest>),
     Moderation(Box<ModerationRequest>),
+    /// Anthropic's Messages API (`POST /v1/messages`).
+    Messages(Box<MessagesRequest>),
 }
 
 impl LlmRequest {
@@ -48,6 +52,11 @@ impl LlmRequest {
                 req.validate()?;
                 Ok(LlmRequest::Moderation(Box::new(req)))
             }
+            Route::Messages => {
+                let req: MessagesRequest = decode_json(body)?;
+                req.validate()?;
+                Ok(LlmRequest::Messages(Box::new(req)))
+            }
             Route::FineTuningJobs | Route::Passthrough => Ok(LlmRequest::None),
         }
     }
@@ -59,12 +68,17 @@ impl LlmRequest {
             LlmRequest::Chat(r) => r.model.as_deref(),
             LlmRequest::Embeddings(r) => r.model.as_deref(),
             LlmRequest::Moderation(r) => r.model.as_deref(),
+            LlmRequest::Messages(r) => Some(&r.model),
         }
     }
 
     /// Whether the client asked for a server-sent event stream.
     pub fn is_stream(&self) -> bool {
-        matches!(self, LlmRequest::Chat(r) if r.stream == Some(true))
+        match self {
+            LlmRequest::Chat(r) => r.stream == Some(true),
+            LlmRequest::Messages(r) => r.stream == Some(true),
+            _ => false,
+        }
     }
 }
 
