@@ -28,7 +28,9 @@ impl Env {
             listen = free_local_addr(),
             base = mock.base_url(),
         );
-        let yaml = yaml.replace("{MOCK_BASE}", &mock.base_url());
+        let yaml = yaml
+            .replace("{MOCK_BASE}", &mock.base_url())
+            .replace("{MOCK_ROOT}", &format!("http://{}", mock.addr()));
         let config = GatewayConfig::from_yaml(&yaml, &Overrides::default())
             .unwrap_or_else(|e| panic!("test config is invalid:\n{e}\n---\n{yaml}"));
         let gateway = Gateway::new(config).expect("pipeline builds");

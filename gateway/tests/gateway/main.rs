@@ -2,10 +2,12 @@
 
 mod anthropic;
 mod cli;
+mod clouds;
 mod common;
 mod hostile;
 mod observability;
 mod passthrough;
+mod providers;
 mod routes;
 mod routing;
 mod selection;
