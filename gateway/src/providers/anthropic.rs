@@ -10,11 +10,12 @@
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
-use plugin_sdk::llm::chat::{ChatRequest, ContentPart, MessageContent, Stop, ToolChoice};
+use plugin_sdk::llm::chat::{ChatRequest, ContentPart, MessageContent, ToolChoice};
 use plugin_sdk::llm::LlmRequest;
 use plugin_sdk::{GatewayError, Usage};
 
 use super::chunks::{self, ChunkWriter};
+use super::request::{self, push_turn, Sampling};
 use super::{
     CallInfo, Decoded, Encoded, EventTranslator, Outgoing, SseDecoder, StreamDecoder, WireFormat,
 };
@@ -23,6 +24,13 @@ use super::{
 pub const DEFAULT_MAX_TOKENS: u64 = 4096;
 /// `anthropic-version` when the client sent none.
 pub const DEFAULT_VERSION: &str = "2023-06-01";
+
+/// The sampling fields Anthropic takes, under its names (`max_tokens` has a default, apart).
+const SAMPLING: &[(Sampling, &str)] = &[
+    (Sampling::Temperature, "temperature"),
+    (Sampling::TopP, "top_p"),
+    (Sampling::Stop, "stop_sequences"),
+];
 
 /// The Messages API request for a chat request.
 pub fn encode_chat(req: &ChatRequest, model: Option<&str>) -> Result<Bytes, GatewayError> {
@@ -38,23 +46,20 @@ pub fn encode_chat(req: &ChatRequest, model: Option<&str>) -> Result<Bytes, Gate
             "user" => push_turn(
                 &mut messages,
                 "user",
+                "content",
                 content_blocks(m.content.as_ref(), i)?,
             ),
             "assistant" => {
                 let mut blocks = content_blocks(m.content.as_ref(), i)?;
                 for call in m.tool_calls.iter().flatten() {
-                    let input: Value = serde_json::from_str(&call.function.arguments)
-                        .ok()
-                        .filter(Value::is_object)
-                        .unwrap_or_else(|| json!({}));
                     blocks.push(json!({
                         "type": "tool_use",
                         "id": call.id.clone().unwrap_or_else(|| format!("toolu_{i}")),
                         "name": call.function.name,
-                        "input": input,
+                        "input": request::arguments_object(&call.function.arguments),
                     }));
                 }
-                push_turn(&mut messages, "assistant", blocks);
+                push_turn(&mut messages, "assistant", "content", blocks);
             }
             "tool" | "function" => {
                 let result = json!({
@@ -62,7 +67,7 @@ pub fn encode_chat(req: &ChatRequest, model: Option<&str>) -> Result<Bytes, Gate
                     "tool_use_id": m.tool_call_id.clone().or_else(|| m.name.clone()).unwrap_or_default(),
                     "content": m.content.as_ref().map(MessageContent::text).unwrap_or_default(),
                 });
-                push_turn(&mut messages, "user", vec![result]);
+                push_turn(&mut messages, "user", "content", vec![result]);
             }
             other => {
                 return Err(GatewayError::invalid_param(
@@ -88,21 +93,7 @@ pub fn encode_chat(req: &ChatRequest, model: Option<&str>) -> Result<Bytes, Gate
         body.insert("system".into(), json!(system.join("\n")));
     }
     body.insert("messages".into(), Value::Array(messages));
-    if let Some(t) = req.temperature {
-        body.insert("temperature".into(), json!(t));
-    }
-    if let Some(p) = req.top_p {
-        body.insert("top_p".into(), json!(p));
-    }
-    match &req.stop {
-        Some(Stop::One(s)) => {
-            body.insert("stop_sequences".into(), json!([s]));
-        }
-        Some(Stop::Many(v)) if !v.is_empty() => {
-            body.insert("stop_sequences".into(), json!(v));
-        }
-        _ => {}
-    }
+    request::put_sampling(&mut body, req, SAMPLING);
     if req.stream == Some(true) {
         body.insert("stream".into(), json!(true));
     }
@@ -134,9 +125,7 @@ pub fn encode_chat(req: &ChatRequest, model: Option<&str>) -> Result<Bytes, Gate
     if let Some(user) = &req.user {
         body.insert("metadata".into(), json!({"user_id": user}));
     }
-    serde_json::to_vec(&body)
-        .map(Bytes::from)
-        .map_err(|e| GatewayError::internal(format!("cannot encode the anthropic request: {e}")))
+    request::json_body(&body, "anthropic")
 }
 
 /// The Messages API body for a cloud that hosts Anthropic's models (Vertex AI's `rawPredict`,
@@ -148,26 +137,7 @@ pub fn encode_for_cloud(req: &ChatRequest, anthropic_version: &str) -> Result<By
         .map_err(|e| GatewayError::internal(format!("cannot re-read the anthropic body: {e}")))?;
     value.remove("model");
     value.insert("anthropic_version".into(), json!(anthropic_version));
-    serde_json::to_vec(&value)
-        .map(Bytes::from)
-        .map_err(|e| GatewayError::internal(format!("cannot encode the anthropic request: {e}")))
-}
-
-/// Appends blocks to the conversation, merging into the previous turn when it has the same role
-/// (Anthropic wants user and assistant turns to alternate).
-fn push_turn(messages: &mut Vec<Value>, role: &str, blocks: Vec<Value>) {
-    if blocks.is_empty() {
-        return;
-    }
-    if let Some(last) = messages.last_mut() {
-        if last["role"] == role {
-            if let Some(content) = last["content"].as_array_mut() {
-                content.extend(blocks);
-                return;
-            }
-        }
-    }
-    messages.push(json!({"role": role, "content": blocks}));
+    request::json_body(&value, "anthropic")
 }
 
 fn content_blocks(content: Option<&MessageContent>, i: usize) -> Result<Vec<Value>, GatewayError> {
@@ -187,25 +157,14 @@ fn part_block(part: &ContentPart, i: usize, j: usize) -> Result<Value, GatewayEr
     match part.kind.as_str() {
         "text" => Ok(json!({"type": "text", "text": part.text.clone().unwrap_or_default()})),
         "image_url" => {
-            let url = part
-                .image_url
-                .as_ref()
-                .and_then(|v| v.get("url").or(Some(v)))
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            if let Some(rest) = url.strip_prefix("data:") {
-                let (media_type, data) = rest.split_once(";base64,").ok_or_else(|| {
-                    GatewayError::invalid_param(
-                        format!("messages[{i}].content[{j}].image_url"),
-                        "a data URL must be base64 (data:<type>;base64,<data>)",
-                    )
-                })?;
-                Ok(
-                    json!({"type": "image", "source": {"type": "base64", "media_type": media_type, "data": data}}),
-                )
-            } else {
-                Ok(json!({"type": "image", "source": {"type": "url", "url": url}}))
-            }
+            let url = request::image_url(part);
+            let source = match request::data_url(url, i, j)? {
+                Some((media_type, data)) => {
+                    json!({"type": "base64", "media_type": media_type, "data": data})
+                }
+                None => json!({"type": "url", "url": url}),
+            };
+            Ok(json!({"type": "image", "source": source}))
         }
         other => Err(GatewayError::invalid_param(
             format!("messages[{i}].content[{j}].type"),
@@ -269,17 +228,10 @@ pub fn encode_ingress(out: &Outgoing<'_>) -> Result<Encoded, GatewayError> {
             Ok(encoded)
         }
         "vertex-ai" => {
-            let (project, region) = super::vertex_location(out.target)?;
+            let location = super::vertex_location(out.target)?;
             let body = for_cloud(out.raw, VERTEX_VERSION, &["model"])?;
-            let action = if stream {
-                "streamRawPredict"
-            } else {
-                "rawPredict"
-            };
-            let path = format!(
-                "/projects/{project}/locations/{region}/publishers/anthropic/models/{}:{action}",
-                super::openai::path_segment(out.model())
-            );
+            let model = super::openai::path_segment(out.model());
+            let path = vertex_path(&location, &model, stream);
             Ok(Encoded::new(body, path, WireFormat::Anthropic))
         }
         "bedrock" => {
@@ -306,6 +258,18 @@ pub fn encode_ingress(out: &Outgoing<'_>) -> Result<Encoded, GatewayError> {
     }
 }
 
+/// The Vertex AI path of one of Anthropic's models: `rawPredict`, or `streamRawPredict` for a
+/// stream, under a location path from [`super::vertex_location`]. `model` must already be safe
+/// as one path segment.
+pub fn vertex_path(location: &str, model: &str, stream: bool) -> String {
+    let action = if stream {
+        "streamRawPredict"
+    } else {
+        "rawPredict"
+    };
+    format!("{location}/publishers/anthropic/models/{model}:{action}")
+}
+
 /// A client's Messages body for a cloud: without the fields the cloud takes elsewhere, with the
 /// cloud's `anthropic_version`.
 fn for_cloud(
@@ -321,9 +285,7 @@ fn for_cloud(
     value
         .entry("anthropic_version")
         .or_insert_with(|| json!(anthropic_version));
-    serde_json::to_vec(&value)
-        .map(Bytes::from)
-        .map_err(|e| GatewayError::internal(format!("cannot encode the anthropic request: {e}")))
+    request::json_body(&value, "anthropic")
 }
 
 /// The model and usage of a Messages API answer or stream event, for logs and metrics.
@@ -521,22 +483,14 @@ impl EventTranslator for StreamTranslator {
     }
 
     fn model(&self) -> Option<&str> {
-        (!self.out.model.is_empty()).then_some(self.out.model.as_str())
+        self.out.known_model()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use plugin_sdk::llm::LlmRequest;
-    use plugin_sdk::Route;
-
-    fn chat(body: Value) -> ChatRequest {
-        match LlmRequest::decode(Route::ChatCompletions, body.to_string().as_bytes()).unwrap() {
-            LlmRequest::Chat(c) => *c,
-            _ => unreachable!("a chat route decodes to a chat request"),
-        }
-    }
+    use crate::providers::testing::chat;
 
     #[test]
     fn requests_lift_system_map_tools_and_merge_turns() {

@@ -15,6 +15,11 @@ pub fn now_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// A fresh completion id, `chatcmpl-<uuid>`, for answers that carry none.
+pub fn new_id() -> String {
+    format!("chatcmpl-{}", uuid::Uuid::new_v4().simple())
+}
+
 /// OpenAI's `usage` object.
 pub fn usage_json(usage: Usage) -> Value {
     json!({
@@ -124,6 +129,11 @@ impl ChunkWriter {
             include_usage,
             ..Default::default()
         }
+    }
+
+    /// The model the chunks name, `None` while it is unknown (""): what a stream reports.
+    pub fn known_model(&self) -> Option<&str> {
+        (!self.model.is_empty()).then_some(self.model.as_str())
     }
 
     /// Whether the end (or an error) has been written.

@@ -27,12 +27,13 @@
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
-use plugin_sdk::llm::chat::{ChatRequest, ContentPart, Message, MessageContent, Stop, ToolChoice};
-use plugin_sdk::llm::embeddings::{EmbeddingInput, EmbeddingsRequest};
+use plugin_sdk::llm::chat::{ChatRequest, ContentPart, Message, MessageContent, ToolChoice};
+use plugin_sdk::llm::embeddings::EmbeddingsRequest;
 use plugin_sdk::llm::LlmRequest;
 use plugin_sdk::{GatewayError, Route, Usage};
 
 use super::chunks::{self, ChunkWriter};
+use super::request::{self, Sampling};
 use super::{
     CallInfo, Decoded, Encoded, EventTranslator, Outgoing, SseDecoder, StreamDecoder, WireFormat,
 };
@@ -43,6 +44,17 @@ pub const EMBED_INPUT_TYPE: &str = "search_document";
 
 /// The provider's name in messages.
 const PROVIDER: &str = "cohere";
+
+/// The sampling fields Cohere's chat takes, under its names.
+const SAMPLING: &[(Sampling, &str)] = &[
+    (Sampling::MaxTokens, "max_tokens"),
+    (Sampling::Temperature, "temperature"),
+    (Sampling::TopP, "p"),
+    (Sampling::Stop, "stop_sequences"),
+    (Sampling::Seed, "seed"),
+    (Sampling::FrequencyPenalty, "frequency_penalty"),
+    (Sampling::PresencePenalty, "presence_penalty"),
+];
 
 /// Encodes a chat or embeddings request; any other route is refused with a 400.
 pub fn encode(out: &Outgoing<'_>) -> Result<Encoded, GatewayError> {
@@ -60,10 +72,11 @@ pub fn encode(out: &Outgoing<'_>) -> Result<Encoded, GatewayError> {
             )))
         }
     };
-    let body = serde_json::to_vec(&body)
-        .map(Bytes::from)
-        .map_err(|e| GatewayError::internal(format!("cannot encode the cohere request: {e}")))?;
-    Ok(Encoded::new(body, path, WireFormat::Cohere))
+    Ok(Encoded::new(
+        request::json_body(&body, PROVIDER)?,
+        path,
+        WireFormat::Cohere,
+    ))
 }
 
 /// Decodes a whole 2xx chat or embed answer into OpenAI's shape.
@@ -82,7 +95,7 @@ pub fn decode(call: &CallInfo, body: &[u8]) -> Result<Decoded, GatewayError> {
     };
     Ok(Decoded {
         body,
-        model: (!call.model.is_empty()).then(|| call.model.clone()),
+        model: call.named_model(),
         usage: Some(usage),
     })
 }
@@ -159,33 +172,7 @@ fn encode_chat(req: &ChatRequest, model: &str, stream: bool) -> Result<Value, Ga
         // `auto` is Cohere's behaviour when tool_choice is absent.
         _ => {}
     }
-    if let Some(n) = req.max_tokens.or(req.max_completion_tokens) {
-        body.insert("max_tokens".into(), json!(n));
-    }
-    if let Some(t) = req.temperature {
-        body.insert("temperature".into(), json!(t));
-    }
-    if let Some(p) = req.top_p {
-        body.insert("p".into(), json!(p));
-    }
-    match &req.stop {
-        Some(Stop::One(s)) => {
-            body.insert("stop_sequences".into(), json!([s]));
-        }
-        Some(Stop::Many(v)) if !v.is_empty() => {
-            body.insert("stop_sequences".into(), json!(v));
-        }
-        _ => {}
-    }
-    if let Some(seed) = req.seed {
-        body.insert("seed".into(), json!(seed));
-    }
-    if let Some(f) = req.frequency_penalty {
-        body.insert("frequency_penalty".into(), json!(f));
-    }
-    if let Some(p) = req.presence_penalty {
-        body.insert("presence_penalty".into(), json!(p));
-    }
+    request::put_sampling(&mut body, req, SAMPLING);
     if let Some(format) = &req.response_format {
         if let Some(mapped) = response_format(format)? {
             body.insert("response_format".into(), mapped);
@@ -267,16 +254,7 @@ fn encode_message(m: &Message, i: usize) -> Result<Value, GatewayError> {
             Ok(message)
         }
         "tool" | "function" => {
-            let id = m
-                .tool_call_id
-                .clone()
-                .or_else(|| m.name.clone())
-                .ok_or_else(|| {
-                    GatewayError::invalid_param(
-                        format!("messages[{i}].tool_call_id"),
-                        "a tool message needs the tool_call_id it answers",
-                    )
-                })?;
+            let id = request::answered_call_id(m, i)?;
             Ok(json!({
                 "role": "tool",
                 "tool_call_id": id,
@@ -310,20 +288,16 @@ fn user_part(part: &ContentPart, i: usize, j: usize) -> Result<Value, GatewayErr
     match part.kind.as_str() {
         "text" => Ok(json!({"type": "text", "text": part.text.clone().unwrap_or_default()})),
         "image_url" => {
-            let image = part.image_url.as_ref();
-            // OpenAI's `{url, detail}`; a bare string is taken as the URL.
-            let url = image
-                .and_then(|v| v.get("url").or(Some(v)))
-                .and_then(Value::as_str)
-                .filter(|u| !u.is_empty())
-                .ok_or_else(|| {
-                    GatewayError::invalid_param(
-                        format!("messages[{i}].content[{j}].image_url.url"),
-                        "an image_url part needs a url (https or data URL)",
-                    )
-                })?;
+            let url = request::image_url(part);
+            if url.is_empty() {
+                return Err(GatewayError::invalid_param(
+                    format!("messages[{i}].content[{j}].image_url.url"),
+                    "an image_url part needs a url (https or data URL)",
+                ));
+            }
             let mut image_url = json!({"url": url});
-            if let Some(detail) = image.and_then(|v| v.get("detail")).and_then(Value::as_str) {
+            let detail = part.image_url.as_ref().and_then(|v| v.get("detail"));
+            if let Some(detail) = detail.and_then(Value::as_str) {
                 image_url["detail"] = json!(detail);
             }
             Ok(json!({"type": "image_url", "image_url": image_url}))
@@ -538,7 +512,7 @@ impl EventTranslator for CohereEvents {
     }
 
     fn model(&self) -> Option<&str> {
-        (!self.writer.model.is_empty()).then_some(self.writer.model.as_str())
+        self.writer.known_model()
     }
 }
 
@@ -546,16 +520,7 @@ impl EventTranslator for CohereEvents {
 // Embeddings
 
 fn encode_embed(req: &EmbeddingsRequest, model: &str) -> Result<Value, GatewayError> {
-    let texts: Vec<&str> = match &req.input {
-        EmbeddingInput::Text(t) => vec![t.as_str()],
-        EmbeddingInput::Texts(v) => v.iter().map(String::as_str).collect(),
-        EmbeddingInput::Tokens(_) | EmbeddingInput::TokenBatches(_) => {
-            return Err(GatewayError::invalid_param(
-                "input",
-                "cohere embeds text only: input must be a string or a list of strings, not tokens",
-            ))
-        }
-    };
+    let texts = request::embedding_texts(&req.input, PROVIDER)?;
     let mut body = json!({
         "model": model,
         "texts": texts,
@@ -588,27 +553,10 @@ fn decode_embed(answer: &Value, model: &str) -> Result<(Bytes, Usage), GatewayEr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::table;
-    use plugin_sdk::Target;
-
-    fn request(route: Route, body: &Value) -> LlmRequest {
-        LlmRequest::decode(route, body.to_string().as_bytes()).unwrap()
-    }
+    use crate::providers::testing;
 
     fn try_encode(route: Route, body: Value) -> Result<Encoded, GatewayError> {
-        let raw = Bytes::from(body.to_string());
-        let request = request(route, &body);
-        let target = Target::default();
-        let out = Outgoing {
-            spec: table::find("cohere").unwrap(),
-            route,
-            suffix: "/chat/completions",
-            raw: &raw,
-            request: &request,
-            target: &target,
-            strict: false,
-        };
-        encode(&out)
+        testing::encode("cohere", route, &body, &[])
     }
 
     fn encode_chat_body(body: Value) -> Value {

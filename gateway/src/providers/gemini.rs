@@ -24,46 +24,55 @@
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
-use plugin_sdk::llm::chat::{ChatRequest, ContentPart, Message, MessageContent, Stop, ToolChoice};
-use plugin_sdk::llm::embeddings::{EmbeddingInput, EmbeddingsRequest};
+use plugin_sdk::llm::chat::{ChatRequest, ContentPart, Message, MessageContent, ToolChoice};
+use plugin_sdk::llm::embeddings::EmbeddingsRequest;
 use plugin_sdk::llm::LlmRequest;
-use plugin_sdk::{GatewayError, Route, Target, Usage};
+use plugin_sdk::{GatewayError, Route, Usage};
 
 use super::chunks::{self, ChunkWriter};
+use super::request::{self, push_turn, Sampling};
 use super::{
-    anthropic, CallInfo, Decoded, Encoded, EventTranslator, Outgoing, SseDecoder, StreamDecoder,
-    WireFormat,
+    anthropic, is_path_safe, vertex_location, CallInfo, Decoded, Encoded, EventTranslator,
+    Outgoing, SseDecoder, StreamDecoder, WireFormat,
 };
-
-/// `anthropic_version` of Anthropic's models on Vertex AI.
-pub const VERTEX_ANTHROPIC_VERSION: &str = "vertex-2023-10-16";
 
 /// The mime type of an image URL whose extension says nothing known.
 const DEFAULT_IMAGE_MIME: &str = "image/jpeg";
+
+/// The sampling fields `generationConfig` takes, under Gemini's names.
+const SAMPLING: &[(Sampling, &str)] = &[
+    (Sampling::Temperature, "temperature"),
+    (Sampling::TopP, "topP"),
+    (Sampling::MaxTokens, "maxOutputTokens"),
+    (Sampling::Stop, "stopSequences"),
+    (Sampling::N, "candidateCount"),
+    (Sampling::Seed, "seed"),
+    (Sampling::PresencePenalty, "presencePenalty"),
+    (Sampling::FrequencyPenalty, "frequencyPenalty"),
+];
 
 /// Encodes a chat or embeddings request for the Gemini API or Vertex AI; other routes are a 400.
 pub fn encode(out: &Outgoing<'_>) -> Result<Encoded, GatewayError> {
     let provider = out.spec.id;
     let vertex = provider == "vertex-ai";
+    // Vertex AI addresses models under the project and region; the Gemini API does not.
+    let base = || {
+        if vertex {
+            vertex_location(out.target)
+        } else {
+            Ok(String::new())
+        }
+    };
     match (out.route, out.request) {
         (Route::ChatCompletions, LlmRequest::Chat(chat)) => {
-            let base = if vertex {
-                vertex_base(out.target)?
-            } else {
-                String::new()
-            };
+            let base = base()?;
             let model = model_name(out.model(), provider)?;
             let stream = out.stream();
             if vertex && model.starts_with("claude") {
-                let body = anthropic::encode_for_cloud(chat, VERTEX_ANTHROPIC_VERSION)?;
-                let method = if stream {
-                    "streamRawPredict"
-                } else {
-                    "rawPredict"
-                };
+                let body = anthropic::encode_for_cloud(chat, anthropic::VERTEX_VERSION)?;
                 return Ok(Encoded::new(
                     body,
-                    format!("{base}/publishers/anthropic/models/{model}:{method}"),
+                    anthropic::vertex_path(&base, model, stream),
                     WireFormat::Anthropic,
                 ));
             }
@@ -84,13 +93,9 @@ pub fn encode(out: &Outgoing<'_>) -> Result<Encoded, GatewayError> {
             Ok(encoded)
         }
         (Route::Embeddings, LlmRequest::Embeddings(req)) => {
-            let base = if vertex {
-                vertex_base(out.target)?
-            } else {
-                String::new()
-            };
+            let base = base()?;
             let model = model_name(out.model(), provider)?;
-            let texts = embedding_texts(&req.input, provider)?;
+            let texts = request::embedding_texts(&req.input, provider)?;
             let (body, path) = if vertex {
                 (
                     vertex_embeddings_body(req, &texts),
@@ -102,7 +107,11 @@ pub fn encode(out: &Outgoing<'_>) -> Result<Encoded, GatewayError> {
                     format!("/models/{model}:batchEmbedContents"),
                 )
             };
-            Ok(Encoded::new(to_bytes(&body)?, path, WireFormat::Gemini))
+            Ok(Encoded::new(
+                request::json_body(&body, "gemini")?,
+                path,
+                WireFormat::Gemini,
+            ))
         }
         (Route::ChatCompletions | Route::Embeddings, _) => Err(GatewayError::internal(format!(
             "the {} request reached the {provider} codec without its decoded body",
@@ -113,35 +122,6 @@ pub fn encode(out: &Outgoing<'_>) -> Result<Encoded, GatewayError> {
             route.as_str()
         ))),
     }
-}
-
-/// `/projects/{p}/locations/{r}` from the target's Vertex AI settings.
-fn vertex_base(target: &Target) -> Result<String, GatewayError> {
-    let setting = |name: &str, header: &str| {
-        target
-            .setting(name)
-            .filter(|v| !v.is_empty())
-            .ok_or_else(|| {
-                GatewayError::invalid_param(
-                    header,
-                    format!("vertex-ai needs the {name} setting (the {header} header)"),
-                )
-            })
-    };
-    let project = setting("vertex_project_id", "x-gw-vertex-project-id")?;
-    let region = setting("vertex_region", "x-gw-vertex-region")?;
-    for (value, header) in [
-        (project, "x-gw-vertex-project-id"),
-        (region, "x-gw-vertex-region"),
-    ] {
-        if !is_path_safe(value) {
-            return Err(GatewayError::invalid_param(
-                header,
-                format!("{header} may hold only letters, digits, '-', '_' and '.', got {value:?}"),
-            ));
-        }
-    }
-    Ok(format!("/projects/{project}/locations/{region}"))
 }
 
 /// The model as it goes into the path: without a leading `models/`, and only of characters that
@@ -164,20 +144,6 @@ fn model_name<'a>(model: &'a str, provider: &str) -> Result<&'a str, GatewayErro
     Ok(model)
 }
 
-fn is_path_safe(s: &str) -> bool {
-    !s.is_empty()
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
-        && s != "."
-        && s != ".."
-}
-
-fn to_bytes(body: &Value) -> Result<Bytes, GatewayError> {
-    serde_json::to_vec(body)
-        .map(Bytes::from)
-        .map_err(|e| GatewayError::internal(format!("cannot encode the gemini request: {e}")))
-}
-
 /// The `generateContent` body for a chat request.
 fn encode_chat(req: &ChatRequest) -> Result<Bytes, GatewayError> {
     let mut system: Vec<Value> = Vec::new();
@@ -190,17 +156,19 @@ fn encode_chat(req: &ChatRequest) -> Result<Bytes, GatewayError> {
                     system.push(json!({"text": text}));
                 }
             }
-            "user" => push_turn(&mut contents, "user", content_parts(m.content.as_ref(), i)?),
+            "user" => push_turn(
+                &mut contents,
+                "user",
+                "parts",
+                content_parts(m.content.as_ref(), i)?,
+            ),
             "assistant" => {
                 let mut parts = content_parts(m.content.as_ref(), i)?;
                 for call in m.tool_calls.iter().flatten() {
-                    let args: Value = serde_json::from_str(&call.function.arguments)
-                        .ok()
-                        .filter(Value::is_object)
-                        .unwrap_or_else(|| json!({}));
+                    let args = request::arguments_object(&call.function.arguments);
                     parts.push(json!({"functionCall": {"name": call.function.name, "args": args}}));
                 }
-                push_turn(&mut contents, "model", parts);
+                push_turn(&mut contents, "model", "parts", parts);
             }
             "tool" | "function" => {
                 let name = function_name(&req.messages[..i], m, i)?;
@@ -217,6 +185,7 @@ fn encode_chat(req: &ChatRequest) -> Result<Bytes, GatewayError> {
                 push_turn(
                     &mut contents,
                     "user",
+                    "parts",
                     vec![json!({"functionResponse": {"name": name, "response": response}})],
                 );
             }
@@ -270,7 +239,7 @@ fn encode_chat(req: &ChatRequest) -> Result<Bytes, GatewayError> {
             json!({"functionCallingConfig": config}),
         );
     }
-    to_bytes(&Value::Object(body))
+    request::json_body(&body, "gemini")
 }
 
 /// The name of the function a tool message answers: the name of the earlier assistant tool call
@@ -296,22 +265,6 @@ fn function_name<'a>(
              tool call has this tool_call_id and the message has no name",
         )
     })
-}
-
-/// Appends parts to the conversation, merging into the previous turn when it has the same role.
-fn push_turn(contents: &mut Vec<Value>, role: &str, parts: Vec<Value>) {
-    if parts.is_empty() {
-        return;
-    }
-    if let Some(last) = contents.last_mut() {
-        if last["role"] == role {
-            if let Some(existing) = last["parts"].as_array_mut() {
-                existing.extend(parts);
-                return;
-            }
-        }
-    }
-    contents.push(json!({"role": role, "parts": parts}));
 }
 
 fn content_parts(content: Option<&MessageContent>, i: usize) -> Result<Vec<Value>, GatewayError> {
@@ -340,33 +293,17 @@ fn content_part(part: &ContentPart, i: usize, j: usize) -> Result<Option<Value>,
             .filter(|t| !t.is_empty())
             .map(|t| json!({"text": t}))),
         "image_url" => {
-            let url = part
-                .image_url
-                .as_ref()
-                .and_then(|v| v.get("url").or(Some(v)))
-                .and_then(Value::as_str)
-                .unwrap_or_default();
+            let url = request::image_url(part);
             if url.is_empty() {
                 return Err(GatewayError::invalid_param(
                     format!("messages[{i}].content[{j}].image_url"),
                     "an image_url part needs a url",
                 ));
             }
-            if let Some(rest) = url.strip_prefix("data:") {
-                let (mime, data) = rest.split_once(";base64,").ok_or_else(|| {
-                    GatewayError::invalid_param(
-                        format!("messages[{i}].content[{j}].image_url"),
-                        "a data URL must be base64 (data:<type>;base64,<data>)",
-                    )
-                })?;
-                Ok(Some(
-                    json!({"inlineData": {"mimeType": mime, "data": data}}),
-                ))
-            } else {
-                Ok(Some(
-                    json!({"fileData": {"fileUri": url, "mimeType": mime_of_url(url)}}),
-                ))
-            }
+            Ok(Some(match request::data_url(url, i, j)? {
+                Some((mime, data)) => json!({"inlineData": {"mimeType": mime, "data": data}}),
+                None => json!({"fileData": {"fileUri": url, "mimeType": mime_of_url(url)}}),
+            }))
         }
         other => Err(GatewayError::invalid_param(
             format!("messages[{i}].content[{j}].type"),
@@ -399,36 +336,7 @@ fn mime_of_url(url: &str) -> &'static str {
 
 fn generation_config(req: &ChatRequest) -> Map<String, Value> {
     let mut c = Map::new();
-    if let Some(t) = req.temperature {
-        c.insert("temperature".into(), json!(t));
-    }
-    if let Some(p) = req.top_p {
-        c.insert("topP".into(), json!(p));
-    }
-    if let Some(max) = req.max_tokens.or(req.max_completion_tokens) {
-        c.insert("maxOutputTokens".into(), json!(max));
-    }
-    match &req.stop {
-        Some(Stop::One(s)) => {
-            c.insert("stopSequences".into(), json!([s]));
-        }
-        Some(Stop::Many(v)) if !v.is_empty() => {
-            c.insert("stopSequences".into(), json!(v));
-        }
-        _ => {}
-    }
-    if let Some(n) = req.n {
-        c.insert("candidateCount".into(), json!(n));
-    }
-    if let Some(seed) = req.seed {
-        c.insert("seed".into(), json!(seed));
-    }
-    if let Some(p) = req.presence_penalty {
-        c.insert("presencePenalty".into(), json!(p));
-    }
-    if let Some(p) = req.frequency_penalty {
-        c.insert("frequencyPenalty".into(), json!(p));
-    }
+    request::put_sampling(&mut c, req, SAMPLING);
     if let Some(format) = &req.response_format {
         match format["type"].as_str() {
             Some("json_object") => {
@@ -444,23 +352,6 @@ fn generation_config(req: &ChatRequest) -> Map<String, Value> {
         }
     }
     c
-}
-
-/// The texts to embed; token arrays are a 400 (Gemini embeds text only).
-fn embedding_texts<'a>(
-    input: &'a EmbeddingInput,
-    provider: &str,
-) -> Result<Vec<&'a str>, GatewayError> {
-    match input {
-        EmbeddingInput::Text(t) => Ok(vec![t.as_str()]),
-        EmbeddingInput::Texts(v) => Ok(v.iter().map(String::as_str).collect()),
-        EmbeddingInput::Tokens(_) | EmbeddingInput::TokenBatches(_) => {
-            Err(GatewayError::invalid_param(
-                "input",
-                format!("{provider} embeds text only: input must be a string or a list of strings, not token arrays"),
-            ))
-        }
-    }
 }
 
 fn google_embeddings_body(req: &EmbeddingsRequest, texts: &[&str], model: &str) -> Value {
@@ -539,7 +430,7 @@ fn decode_chat(call: &CallInfo, answer: &Value) -> Result<Decoded, GatewayError>
     };
     let id = answer["responseId"]
         .as_str()
-        .map_or_else(generated_id, str::to_owned);
+        .map_or_else(chunks::new_id, str::to_owned);
     let model = answer["modelVersion"]
         .as_str()
         .unwrap_or(&call.model)
@@ -647,10 +538,6 @@ fn usage_of(meta: &Value) -> Usage {
     }
 }
 
-fn generated_id() -> String {
-    format!("chatcmpl-{}", uuid::Uuid::new_v4().simple())
-}
-
 /// The decoder of a `streamGenerateContent?alt=sse` answer.
 pub fn stream(call: &CallInfo) -> Box<dyn StreamDecoder> {
     Box::new(SseDecoder::new(StreamTranslator::new(call)))
@@ -677,7 +564,7 @@ impl StreamTranslator {
     pub fn new(call: &CallInfo) -> Self {
         StreamTranslator {
             provider: call.provider,
-            writer: ChunkWriter::new(generated_id(), call.model.clone(), call.include_usage),
+            writer: ChunkWriter::new(chunks::new_id(), call.model.clone(), call.include_usage),
             started: false,
             tools: 0,
             usage: None,
@@ -769,24 +656,14 @@ impl EventTranslator for StreamTranslator {
     }
 
     fn model(&self) -> Option<&str> {
-        (!self.writer.model.is_empty()).then_some(self.writer.model.as_str())
+        self.writer.known_model()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::table;
-
-    fn target(settings: &[(&str, &str)]) -> Target {
-        Target {
-            settings: settings
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
-            ..Target::default()
-        }
-    }
+    use crate::providers::testing;
 
     const VERTEX: &[(&str, &str)] = &[
         ("vertex_project_id", "proj-1"),
@@ -799,19 +676,7 @@ mod tests {
         body: Value,
         settings: &[(&str, &str)],
     ) -> Result<Encoded, GatewayError> {
-        let raw = Bytes::from(body.to_string());
-        let request = LlmRequest::decode(route, &raw).expect("the test body is valid");
-        let target = target(settings);
-        let out = Outgoing {
-            spec: table::find(provider).expect("the provider is in the table"),
-            route,
-            suffix: "",
-            raw: &raw,
-            request: &request,
-            target: &target,
-            strict: false,
-        };
-        encode(&out)
+        testing::encode(provider, route, &body, settings)
     }
 
     fn chat_body(encoded: &Encoded) -> Value {
@@ -1108,7 +973,7 @@ mod tests {
         assert_eq!(e.answer_format, WireFormat::Anthropic);
         assert_eq!(e.query, None);
         let sent = chat_body(&e);
-        assert_eq!(sent["anthropic_version"], VERTEX_ANTHROPIC_VERSION);
+        assert_eq!(sent["anthropic_version"], anthropic::VERTEX_VERSION);
         assert_eq!(sent["system"], "sys");
         assert!(sent.get("model").is_none());
         let mut streamed = body;

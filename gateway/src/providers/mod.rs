@@ -19,7 +19,10 @@ pub mod cohere;
 pub mod error;
 pub mod gemini;
 pub mod openai;
+mod request;
 pub mod table;
+#[cfg(test)]
+mod testing;
 
 use bytes::Bytes;
 
@@ -116,6 +119,14 @@ pub struct CallInfo {
     /// them (the OpenAI SDKs ask for this by default).
     pub base64_embeddings: bool,
     pub strict: bool,
+}
+
+impl CallInfo {
+    /// The model the request named, `None` when it named none: for answers that do not report
+    /// their model.
+    pub fn named_model(&self) -> Option<String> {
+        (!self.model.is_empty()).then(|| self.model.clone())
+    }
 }
 
 /// A whole answer in OpenAI's shape.
@@ -260,29 +271,42 @@ pub fn stream(call: &CallInfo) -> Option<Box<dyn StreamDecoder>> {
     }
 }
 
-/// The Vertex AI project and region of a target (`x-gw-vertex-project-id`, `x-gw-vertex-region`),
-/// checked to be safe in a URL path.
-pub fn vertex_location(target: &Target) -> Result<(&str, &str), GatewayError> {
+/// The Vertex AI location of a target as a path, `/projects/{project}/locations/{region}`, from
+/// its `vertex_project_id` and `vertex_region` settings (`x-gw-vertex-project-id`,
+/// `x-gw-vertex-region`). A missing setting, or one that could change the path, is a 400 naming
+/// its header.
+pub fn vertex_location(target: &Target) -> Result<String, GatewayError> {
     let get = |name: &str, header: &str| {
-        let value = target.setting(name).ok_or_else(|| {
-            GatewayError::invalid_param(header, format!("vertex-ai needs {header}"))
-        })?;
-        if value.is_empty()
-            || !value
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        {
+        let value = target
+            .setting(name)
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| {
+                GatewayError::invalid_param(
+                    header,
+                    format!("vertex-ai needs the {name} setting (the {header} header)"),
+                )
+            })?;
+        if !is_path_safe(value) {
             return Err(GatewayError::invalid_param(
                 header,
-                format!("{header} may hold only letters, digits, '-' and '_', got {value:?}"),
+                format!("{header} may hold only letters, digits, '-', '_' and '.', got {value:?}"),
             ));
         }
         Ok(value)
     };
-    Ok((
-        get("vertex_project_id", "x-gw-vertex-project-id")?,
-        get("vertex_region", "x-gw-vertex-region")?,
-    ))
+    let project = get("vertex_project_id", "x-gw-vertex-project-id")?;
+    let region = get("vertex_region", "x-gw-vertex-region")?;
+    Ok(format!("/projects/{project}/locations/{region}"))
+}
+
+/// Whether a value from the client can stand as one path segment as it is: letters, digits,
+/// '-', '_' and '.', and neither `.` nor `..`.
+pub(crate) fn is_path_safe(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        && s != "."
+        && s != ".."
 }
 
 /// Whether a 2xx answer's content type is the stream framing of its format.
@@ -303,5 +327,35 @@ pub fn finalize(
     match spec.auth {
         AuthStyle::SigV4 => bedrock::sign(target, request),
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vertex_locations_are_checked_path_segments() {
+        let at = |project: &str, region: &str| {
+            vertex_location(&testing::target(
+                "vertex-ai",
+                &[("vertex_project_id", project), ("vertex_region", region)],
+            ))
+        };
+        assert_eq!(
+            at("example.com_proj-1", "us-central1").unwrap(),
+            "/projects/example.com_proj-1/locations/us-central1"
+        );
+        for (project, region, header) in [
+            ("..", "us-central1", "x-gw-vertex-project-id"),
+            ("p", ".", "x-gw-vertex-region"),
+            ("p/q", "r", "x-gw-vertex-project-id"),
+            ("p", "r?x=1", "x-gw-vertex-region"),
+            ("", "r", "x-gw-vertex-project-id"),
+        ] {
+            let err = at(project, region).unwrap_err();
+            assert_eq!(err.status().as_u16(), 400);
+            assert_eq!(err.param.as_deref(), Some(header), "{project:?} {region:?}");
+        }
     }
 }

@@ -316,6 +316,16 @@ impl ChatRequest {
         Ok(())
     }
 
+    /// The stop sequences as one list, empty when `stop` is absent: a `stop` of one string is a
+    /// list of one. Codecs whose formats take only lists read `stop` through this.
+    pub fn stop_sequences(&self) -> Vec<&str> {
+        match &self.stop {
+            None => Vec::new(),
+            Some(Stop::One(s)) => vec![s.as_str()],
+            Some(Stop::Many(v)) => v.iter().map(String::as_str).collect(),
+        }
+    }
+
     /// Whether the client asked for a usage chunk at the end of a stream.
     pub fn wants_stream_usage(&self) -> bool {
         self.stream_options
@@ -429,6 +439,24 @@ mod tests {
             "messages[0].role"
         );
         assert_eq!(param_of(with("temperature", json!("hot"))), "temperature");
+    }
+
+    #[test]
+    fn stop_is_read_as_a_list() {
+        let stops = |stop: Value| {
+            let LlmRequest::Chat(chat) = LlmRequest::decode(
+                Route::ChatCompletions,
+                with("stop", stop).to_string().as_bytes(),
+            )
+            .unwrap() else {
+                panic!()
+            };
+            chat.stop_sequences().join("|")
+        };
+        assert_eq!(stops(json!("END")), "END");
+        assert_eq!(stops(json!(["a", "b"])), "a|b");
+        assert_eq!(stops(json!([])), "");
+        assert_eq!(stops(json!(null)), "");
     }
 
     #[test]

@@ -19,14 +19,23 @@
 use bytes::Bytes;
 use serde_json::{json, Map, Value};
 
-use plugin_sdk::llm::chat::{ChatRequest, ContentPart, MessageContent, Stop, ToolChoice};
+use plugin_sdk::llm::chat::{ChatRequest, ContentPart, MessageContent, ToolChoice};
 use plugin_sdk::{GatewayError, Usage};
 
 use super::eventstream::{FrameDecoder, Message};
 use crate::providers::chunks::{self, ChunkWriter};
+use crate::providers::request::{self, push_turn, Sampling};
 use crate::providers::{CallInfo, Decoded, StreamDecoder};
 
 const PROVIDER: &str = "bedrock";
+
+/// The sampling fields `inferenceConfig` takes, under Converse's names.
+const SAMPLING: &[(Sampling, &str)] = &[
+    (Sampling::MaxTokens, "maxTokens"),
+    (Sampling::Temperature, "temperature"),
+    (Sampling::TopP, "topP"),
+    (Sampling::Stop, "stopSequences"),
+];
 
 /// The Converse request body for a chat request.
 pub fn encode(req: &ChatRequest) -> Result<Bytes, GatewayError> {
@@ -47,6 +56,7 @@ pub fn encode(req: &ChatRequest) -> Result<Bytes, GatewayError> {
             "user" => push_turn(
                 &mut messages,
                 "user",
+                "content",
                 content_blocks(m.content.as_ref(), i)?,
             ),
             "assistant" => {
@@ -58,19 +68,10 @@ pub fn encode(req: &ChatRequest) -> Result<Bytes, GatewayError> {
                         "input": tool_input(&call.function.arguments, i, k)?,
                     }}));
                 }
-                push_turn(&mut messages, "assistant", blocks);
+                push_turn(&mut messages, "assistant", "content", blocks);
             }
             "tool" | "function" => {
-                let id = m
-                    .tool_call_id
-                    .clone()
-                    .or_else(|| m.name.clone())
-                    .ok_or_else(|| {
-                        GatewayError::invalid_param(
-                            format!("messages[{i}].tool_call_id"),
-                            "a tool message needs the tool_call_id of the call it answers",
-                        )
-                    })?;
+                let id = request::answered_call_id(m, i)?;
                 let text = m
                     .content
                     .as_ref()
@@ -83,6 +84,7 @@ pub fn encode(req: &ChatRequest) -> Result<Bytes, GatewayError> {
                 push_turn(
                     &mut messages,
                     "user",
+                    "content",
                     vec![json!({"toolResult": {"toolUseId": id, "content": content}})],
                 );
             }
@@ -101,24 +103,7 @@ pub fn encode(req: &ChatRequest) -> Result<Bytes, GatewayError> {
         body.insert("system".into(), Value::Array(system));
     }
     let mut inference = Map::new();
-    if let Some(n) = req.max_tokens.or(req.max_completion_tokens) {
-        inference.insert("maxTokens".into(), json!(n));
-    }
-    if let Some(t) = req.temperature {
-        inference.insert("temperature".into(), json!(t));
-    }
-    if let Some(p) = req.top_p {
-        inference.insert("topP".into(), json!(p));
-    }
-    match &req.stop {
-        Some(Stop::One(s)) => {
-            inference.insert("stopSequences".into(), json!([s]));
-        }
-        Some(Stop::Many(v)) if !v.is_empty() => {
-            inference.insert("stopSequences".into(), json!(v));
-        }
-        _ => {}
-    }
+    request::put_sampling(&mut inference, req, SAMPLING);
     if !inference.is_empty() {
         body.insert("inferenceConfig".into(), Value::Object(inference));
     }
@@ -131,9 +116,7 @@ pub fn encode(req: &ChatRequest) -> Result<Bytes, GatewayError> {
             json!({ "thinking": thinking }),
         );
     }
-    serde_json::to_vec(&body)
-        .map(Bytes::from)
-        .map_err(|e| GatewayError::internal(format!("cannot encode the bedrock request: {e}")))
+    request::json_body(&body, PROVIDER)
 }
 
 /// `toolConfig`, or `None` when there are no tools or the client chose `none` (Bedrock has no
@@ -182,22 +165,6 @@ fn tool_input(arguments: &str, i: usize, k: usize) -> Result<Value, GatewayError
     })
 }
 
-/// Appends blocks to the conversation, merging into the previous turn when it has the same role.
-fn push_turn(messages: &mut Vec<Value>, role: &str, blocks: Vec<Value>) {
-    if blocks.is_empty() {
-        return;
-    }
-    if let Some(last) = messages.last_mut() {
-        if last["role"] == role {
-            if let Some(content) = last["content"].as_array_mut() {
-                content.extend(blocks);
-                return;
-            }
-        }
-    }
-    messages.push(json!({"role": role, "content": blocks}));
-}
-
 fn content_blocks(content: Option<&MessageContent>, i: usize) -> Result<Vec<Value>, GatewayError> {
     match content {
         None => Ok(Vec::new()),
@@ -229,25 +196,13 @@ fn content_blocks(content: Option<&MessageContent>, i: usize) -> Result<Vec<Valu
 /// An image block from a `data:` URL; Bedrock takes the image bytes inline only.
 fn image_block(part: &ContentPart, i: usize, j: usize) -> Result<Value, GatewayError> {
     let param = || format!("messages[{i}].content[{j}].image_url");
-    let url = part
-        .image_url
-        .as_ref()
-        .and_then(|v| v.get("url").or(Some(v)))
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    let Some(rest) = url.strip_prefix("data:") else {
+    let Some((media_type, data)) = request::data_url(request::image_url(part), i, j)? else {
         return Err(GatewayError::invalid_param(
             param(),
             "bedrock cannot fetch image URLs: send the image inline as a data URL \
              (data:image/png;base64,...)",
         ));
     };
-    let (media_type, data) = rest.split_once(";base64,").ok_or_else(|| {
-        GatewayError::invalid_param(
-            param(),
-            "a data URL must be base64 (data:<type>;base64,<data>)",
-        )
-    })?;
     let format = match media_type.to_ascii_lowercase().as_str() {
         "image/png" => "png",
         "image/jpeg" | "image/jpg" => "jpeg",
@@ -281,11 +236,6 @@ fn usage_of(v: &Value) -> Usage {
         prompt_tokens: n("inputTokens") + n("cacheReadInputTokens") + n("cacheWriteInputTokens"),
         completion_tokens: n("outputTokens"),
     }
-}
-
-/// A fresh completion id (Converse answers carry none).
-pub fn new_id() -> String {
-    format!("chatcmpl-{}", uuid::Uuid::new_v4().simple())
 }
 
 /// A whole Converse answer as an OpenAI `chat.completion`.
@@ -333,9 +283,11 @@ pub fn decode(call: &CallInfo, body: &[u8]) -> Result<Decoded, GatewayError> {
         message["content_blocks"] = Value::Array(content_blocks);
     }
     let finish = finish_reason(answer["stopReason"].as_str());
+    // Converse answers carry no id: the completion gets a fresh one.
+    let id = chunks::new_id();
     Ok(Decoded {
-        body: chunks::completion(&new_id(), &call.model, message, json!(finish), usage),
-        model: (!call.model.is_empty()).then(|| call.model.clone()),
+        body: chunks::completion(&id, &call.model, message, json!(finish), usage),
+        model: call.named_model(),
         usage: Some(usage),
     })
 }
@@ -513,16 +465,9 @@ impl StreamDecoder for ConverseStream {
 mod tests {
     use super::super::eventstream::testing::{event, exception, frame};
     use super::*;
+    use crate::providers::testing::chat;
     use crate::providers::WireFormat;
-    use plugin_sdk::llm::LlmRequest;
     use plugin_sdk::Route;
-
-    fn chat(body: Value) -> ChatRequest {
-        match LlmRequest::decode(Route::ChatCompletions, body.to_string().as_bytes()).unwrap() {
-            LlmRequest::Chat(c) => *c,
-            _ => unreachable!("a chat route decodes to a chat request"),
-        }
-    }
 
     fn encoded(body: Value) -> Value {
         serde_json::from_slice(&encode(&chat(body)).unwrap()).unwrap()

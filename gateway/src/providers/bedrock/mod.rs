@@ -24,11 +24,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use serde_json::{json, Value};
 
-use plugin_sdk::llm::embeddings::{EmbeddingInput, EmbeddingsRequest};
+use plugin_sdk::llm::embeddings::EmbeddingsRequest;
 use plugin_sdk::llm::LlmRequest;
 use plugin_sdk::{GatewayError, Route, Target, Usage};
 
 use super::chunks;
+use super::request;
 use super::{CallInfo, Decoded, Encoded, Outgoing, StreamDecoder, WireFormat};
 
 const PROVIDER: &str = "bedrock";
@@ -89,7 +90,7 @@ pub fn decode(call: &CallInfo, body: &[u8]) -> Result<Decoded, GatewayError> {
 
 /// The translator of a ConverseStream answer (binary event-stream frames).
 pub fn stream(call: &CallInfo) -> Box<dyn StreamDecoder> {
-    Box::new(converse::ConverseStream::new(call, converse::new_id()))
+    Box::new(converse::ConverseStream::new(call, chunks::new_id()))
 }
 
 /// The translator of an `invoke-with-response-stream` answer for an Anthropic-format client.
@@ -181,16 +182,7 @@ fn encode_embeddings(req: &EmbeddingsRequest, model: &str) -> Result<Bytes, Gate
             ),
         )
     })?;
-    let texts: Vec<&str> = match &req.input {
-        EmbeddingInput::Text(t) => vec![t.as_str()],
-        EmbeddingInput::Texts(v) => v.iter().map(String::as_str).collect(),
-        EmbeddingInput::Tokens(_) | EmbeddingInput::TokenBatches(_) => {
-            return Err(GatewayError::invalid_param(
-                "input",
-                "bedrock embeds text, not token arrays",
-            ))
-        }
-    };
+    let texts = request::embedding_texts(&req.input, PROVIDER)?;
     let body = match family {
         EmbedFamily::Titan => {
             let [text] = texts.as_slice() else {
@@ -264,7 +256,7 @@ fn decode_embeddings(call: &CallInfo, body: &[u8]) -> Result<Decoded, GatewayErr
     };
     Ok(Decoded {
         body: chunks::embeddings(&call.model, vectors, usage),
-        model: (!call.model.is_empty()).then(|| call.model.clone()),
+        model: call.named_model(),
         usage: Some(usage),
     })
 }
@@ -272,31 +264,12 @@ fn decode_embeddings(call: &CallInfo, body: &[u8]) -> Result<Decoded, GatewayErr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::table;
+    use crate::providers::testing;
     use http::{HeaderMap, Method};
     use plugin_sdk::plugin::UpstreamRequest;
 
-    fn outgoing_with<T>(route: Route, body: Value, f: impl FnOnce(&Outgoing<'_>) -> T) -> T {
-        let raw = Bytes::from(body.to_string());
-        let request = LlmRequest::decode(route, &raw).unwrap();
-        let target = Target {
-            provider: "bedrock".into(),
-            ..Target::default()
-        };
-        let out = Outgoing {
-            spec: table::find("bedrock").unwrap(),
-            route,
-            suffix: "",
-            raw: &raw,
-            request: &request,
-            target: &target,
-            strict: false,
-        };
-        f(&out)
-    }
-
     fn encode_for(route: Route, body: Value) -> Result<Encoded, GatewayError> {
-        outgoing_with(route, body, encode)
+        testing::encode("bedrock", route, &body, &[])
     }
 
     fn call(route: Route, model: &str) -> CallInfo {
@@ -461,14 +434,7 @@ mod tests {
     }
 
     fn target(settings: &[(&str, &str)]) -> Target {
-        Target {
-            provider: "bedrock".into(),
-            settings: settings
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
-            ..Target::default()
-        }
+        testing::target("bedrock", settings)
     }
 
     fn bedrock_request() -> UpstreamRequest {
