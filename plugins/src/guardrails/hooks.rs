@@ -1,0 +1,329 @@
+//! Running hooks on a request's input, an answer's output, and a stream as it goes.
+//!
+//! Hooks run in order; the checks of a hook run in order too, except those that call the
+//! network, which run together once the others are done. A rewrite (redaction) is seen by
+//! every later check and hook. A hook passes when all its checks pass (an error is a failure).
+//! `async` hooks are started after the others, on the text they left, and do not hold the
+//! request: their results are logged and counted, never returned.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures_util::future::join_all;
+use prometheus::{IntCounterVec, Opts, Registry};
+use serde_json::Value;
+
+use super::checks::{Check, Input, Outcome};
+use super::config::Hook;
+use super::results::{now_rfc3339, CheckResult, HookResult, Side};
+use super::text::Subject;
+
+/// What one side's hooks run on.
+#[derive(Debug, Clone)]
+pub struct Material {
+    pub side: Side,
+    pub subject: Subject,
+    pub model: Option<String>,
+    /// The request body (`null` when no check needs it).
+    pub request: Value,
+    /// The answer body, on the output side.
+    pub response: Option<Value>,
+    /// False for streamed answers.
+    pub can_rewrite: bool,
+    /// How many rewrites were applied to the subject (and the body it came from).
+    pub rewrites: u32,
+}
+
+impl Material {
+    fn apply(&mut self, texts: Vec<String>) {
+        self.subject.set_texts(texts);
+        let body = match self.side {
+            Side::Input => Some(&mut self.request),
+            Side::Output => self.response.as_mut(),
+        };
+        if let Some(body) = body {
+            self.subject.write_into(body);
+        }
+        self.rewrites += 1;
+    }
+
+    /// Whether any check rewrote the subject.
+    pub fn transformed(&self) -> bool {
+        self.rewrites > 0
+    }
+}
+
+/// Prometheus counters of hook outcomes. Labels are bounded: check ids come from the known
+/// set, sides and outcomes are fixed words.
+#[derive(Clone)]
+pub struct GuardMetrics {
+    /// `gw_guardrail_checks_total{check, side, verdict="pass"|"fail"|"error"|"skipped"}`
+    checks: IntCounterVec,
+    /// `gw_guardrail_hooks_total{side, outcome="pass"|"fail"|"deny"}`; async hooks included.
+    hooks: IntCounterVec,
+}
+
+impl GuardMetrics {
+    /// Registers the counters. A second `guardrails` entry in the pipeline finds them taken:
+    /// its counts are then kept unexported, and a warning says so.
+    pub fn register(registry: &Registry) -> Result<GuardMetrics, String> {
+        let checks = IntCounterVec::new(
+            Opts::new("gw_guardrail_checks_total", "Guardrail check outcomes"),
+            &["check", "side", "verdict"],
+        )
+        .map_err(|e| e.to_string())?;
+        let hooks = IntCounterVec::new(
+            Opts::new("gw_guardrail_hooks_total", "Guardrail hook outcomes"),
+            &["side", "outcome"],
+        )
+        .map_err(|e| e.to_string())?;
+        let taken = registry.register(Box::new(checks.clone())).is_err()
+            | registry.register(Box::new(hooks.clone())).is_err();
+        if taken {
+            tracing::warn!(
+                target: "gateway::guardrails",
+                "guardrail metrics are already registered (guardrails listed twice?); this \
+                 entry's counts are not exported"
+            );
+        }
+        Ok(GuardMetrics { checks, hooks })
+    }
+
+    fn count(&self, side: Side, hook: &HookResult) {
+        let side = side_label(side);
+        for c in &hook.checks {
+            let verdict = if c.error.is_some() {
+                "error"
+            } else if c.data.get("skipped") == Some(&Value::Bool(true)) {
+                "skipped"
+            } else if c.verdict {
+                "pass"
+            } else {
+                "fail"
+            };
+            if let Some(id) = super::checks::KNOWN.iter().find(|k| **k == c.id) {
+                self.checks.with_label_values(&[id, side, verdict]).inc();
+            }
+        }
+        let outcome = match (hook.verdict, hook.deny && !hook.is_async) {
+            (true, _) => "pass",
+            (false, false) => "fail",
+            (false, true) => "deny",
+        };
+        self.hooks.with_label_values(&[side, outcome]).inc();
+    }
+}
+
+fn side_label(side: Side) -> &'static str {
+    match side {
+        Side::Input => "input",
+        Side::Output => "output",
+    }
+}
+
+/// Runs hooks; shared by every request of one plugin.
+#[derive(Clone)]
+pub struct Runner {
+    pub http: reqwest::Client,
+    pub metrics: GuardMetrics,
+}
+
+impl Runner {
+    /// Runs the synchronous hooks in order, then starts the `async` ones on what they left.
+    /// Returns the synchronous hooks' results.
+    pub async fn run(&self, hooks: &[Arc<Hook>], m: &mut Material) -> Vec<HookResult> {
+        let mut results = Vec::new();
+        for hook in hooks.iter().filter(|h| !h.is_async) {
+            results.push(self.run_hook(hook, m).await);
+        }
+        let background: Vec<Arc<Hook>> = hooks.iter().filter(|h| h.is_async).cloned().collect();
+        if !background.is_empty() {
+            let runner = self.clone();
+            let mut copy = m.clone();
+            // An async hook never rewrites what was sent.
+            copy.can_rewrite = false;
+            spawn(async move {
+                for hook in &background {
+                    runner.run_hook(hook, &mut copy).await;
+                }
+            });
+        }
+        results
+    }
+
+    /// Runs one hook, counts and logs it.
+    pub async fn run_hook(&self, hook: &Hook, m: &mut Material) -> HookResult {
+        let started = Instant::now();
+        let rewrites_before = m.rewrites;
+        let mut slots: Vec<Option<CheckResult>> = hook.checks.iter().map(|_| None).collect();
+        for (i, check) in hook.checks.iter().enumerate() {
+            if !check.needs_network() {
+                slots[i] = Some(self.local(check, m));
+            }
+        }
+        let text = m.subject.text();
+        let input = input_of(m, &text);
+        let network = hook
+            .checks
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.needs_network())
+            .map(|(i, c)| async move {
+                let t = Instant::now();
+                (i, c.id(), c.run(&input, &self.http).await, t)
+            });
+        for (i, id, outcome, t) in join_all(network).await {
+            slots[i] = Some(check_result(id, outcome, t));
+        }
+        let checks = slots.into_iter().flatten().collect();
+        let result = hook_result(hook, checks, m.rewrites > rewrites_before, started);
+        self.report(m.side, &result);
+        result
+    }
+
+    /// Runs one check without the network, applying its rewrite.
+    fn local(&self, check: &Check, m: &mut Material) -> CheckResult {
+        let t = Instant::now();
+        let text = m.subject.text();
+        let mut outcome = check.run_local(&input_of(m, &text));
+        if let Some(texts) = outcome.rewritten.take() {
+            if m.can_rewrite {
+                m.apply(texts);
+            }
+        }
+        check_result(check.id(), outcome, t)
+    }
+
+    /// Runs hooks without waiting for anything (a finished stream): network checks are
+    /// skipped, nothing is rewritten, `async` hooks are started.
+    pub fn run_local(&self, hooks: &[Arc<Hook>], m: &mut Material) -> Vec<HookResult> {
+        m.can_rewrite = false;
+        let mut results = Vec::new();
+        for hook in hooks.iter().filter(|h| !h.is_async) {
+            let started = Instant::now();
+            let checks = hook.checks.iter().map(|c| self.local(c, m)).collect();
+            let result = hook_result(hook, checks, false, started);
+            self.report(m.side, &result);
+            results.push(result);
+        }
+        let background: Vec<Arc<Hook>> = hooks.iter().filter(|h| h.is_async).cloned().collect();
+        if !background.is_empty() {
+            let runner = self.clone();
+            let mut copy = m.clone();
+            spawn(async move {
+                for hook in &background {
+                    runner.run_hook(hook, &mut copy).await;
+                }
+            });
+        }
+        results
+    }
+
+    /// On the beginning of a streamed answer: the `deny` hooks that already failed for good,
+    /// each with the checks that decided it.
+    pub fn run_partial(&self, hooks: &[Arc<Hook>], text: &str) -> Vec<HookResult> {
+        let mut results = Vec::new();
+        for hook in hooks.iter().filter(|h| h.deny && !h.is_async) {
+            let started = Instant::now();
+            let failed: Vec<CheckResult> = hook
+                .checks
+                .iter()
+                .filter_map(|c| {
+                    let t = Instant::now();
+                    c.run_partial(text).map(|mut o| {
+                        if let Value::Object(map) = &mut o.data {
+                            map.insert("partial".into(), Value::Bool(true));
+                            map.insert("checkedBytes".into(), text.len().into());
+                        }
+                        check_result(c.id(), o, t)
+                    })
+                })
+                .collect();
+            if !failed.is_empty() {
+                let result = hook_result(hook, failed, false, started);
+                self.report(Side::Output, &result);
+                results.push(result);
+            }
+        }
+        results
+    }
+
+    fn report(&self, side: Side, result: &HookResult) {
+        self.metrics.count(side, result);
+        let failed: Vec<&str> = result
+            .checks
+            .iter()
+            .filter(|c| !c.verdict)
+            .map(|c| c.id.as_str())
+            .collect();
+        if result.verdict {
+            tracing::debug!(target: "gateway::guardrails", hook = result.id.as_str(),
+                side = side_label(side), is_async = result.is_async, "hook passed");
+        } else {
+            tracing::info!(target: "gateway::guardrails", hook = result.id.as_str(),
+                side = side_label(side), deny = result.deny, is_async = result.is_async,
+                failed = ?failed, "hook failed");
+        }
+    }
+}
+
+fn input_of<'a>(m: &'a Material, text: &'a str) -> Input<'a> {
+    Input {
+        side: m.side,
+        text,
+        segments: m.subject.texts(),
+        model: m.model.as_deref(),
+        can_rewrite: m.can_rewrite,
+        request: &m.request,
+        response: m.response.as_ref(),
+    }
+}
+
+fn check_result(id: &str, outcome: Outcome, started: Instant) -> CheckResult {
+    CheckResult {
+        id: id.to_owned(),
+        verdict: outcome.verdict && outcome.error.is_none(),
+        data: outcome.data,
+        error: outcome.error,
+        execution_time: started.elapsed().as_millis() as u64,
+        created_at: now_rfc3339(),
+    }
+}
+
+fn hook_result(
+    hook: &Hook,
+    checks: Vec<CheckResult>,
+    transformed: bool,
+    started: Instant,
+) -> HookResult {
+    let verdict = checks.iter().all(|c| c.verdict);
+    HookResult {
+        id: hook.id.clone(),
+        verdict,
+        deny: hook.deny,
+        is_async: hook.is_async,
+        kind: hook.kind.as_str().to_owned(),
+        transformed,
+        checks,
+        execution_time: started.elapsed().as_millis() as u64,
+        action: if verdict {
+            hook.on_success.clone()
+        } else {
+            hook.on_fail.clone()
+        },
+    }
+}
+
+/// Starts a task on the current runtime; without one (a unit test's plain thread), the work is
+/// dropped with a warning rather than a panic.
+fn spawn(work: impl std::future::Future<Output = ()> + Send + 'static) {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) => {
+            handle.spawn(work);
+        }
+        Err(_) => tracing::warn!(
+            target: "gateway::guardrails",
+            "async hooks need a runtime; they did not run"
+        ),
+    }
+}

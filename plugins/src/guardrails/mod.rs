@@ -1,0 +1,515 @@
+//! `guardrails`: checks on a request's input and an answer's output, attached as hooks.
+//!
+//! Hooks (see [`config`] for their shape) come from three places, run in this order:
+//!
+//! 1. the pipeline entry: `before_request_hooks` / `after_request_hooks` (or their aliases
+//!    `input_guardrails` / `output_guardrails`), validated when the gateway starts;
+//! 2. workspace defaults: a [`DefaultHooks`] value that an earlier plugin put in the request's
+//!    extensions (the control plane's hook into this plugin);
+//! 3. the request's routing config (`x-gw-config`, inline or saved): its top-level hook lists,
+//!    validated per request (a bad one is a 400 naming its path). Hooks of nested targets are
+//!    not read. The config is known once `provider_select` ran, so this plugin must come after
+//!    it in the pipeline.
+//!
+//! **Input** (`on_request`): the hooks run on the request's text (see [`text`]: for chat, the
+//! last user message; for embeddings, the input). A failed `deny` hook answers 446 and the
+//! provider is not called; a redaction rewrites the body before it is sent.
+//!
+//! **Output** (`on_response`, chat completions only): the hooks run on the first choice's
+//! content. A failed `deny` hook replaces the answer with the 446; a redaction rewrites every
+//! choice. Any answer that had hooks run carries `hook_results`; if any hook of either phase
+//! failed without `deny`, its status is 246. Embeddings answers get the input phase's results
+//! the same way; their output is not checked.
+//!
+//! **Streams** (`on_chunk`, chat completions): the content deltas of the first choice are
+//! gathered as they pass. Every `stream_check_bytes` (default 256) the `deny` hooks' checks
+//! whose failure no later text can undo run on the text so far (maximum counts, `contains`
+//! with `none`, `regexMatch` with `not`, `containsCode` with `not`, PII); at the end (the
+//! first `finish_reason`, or `[DONE]`) every hook runs on the whole text. A failed `deny` hook
+//! ends the stream with one last event holding the 446 body (`error.type: hooks_failed` and
+//! `hook_results`) in place of the rest. Other failures are only recorded (the status was
+//! sent). Network checks (webhook, validUrls) are skipped on streams and say so in their
+//! result, except in `async` hooks, which run them in the background. Nothing is rewritten
+//! in a stream: a redacting PII check detects instead.
+//!
+//! Outcomes are counted in `gw_guardrail_checks_total{check,side,verdict}` and
+//! `gw_guardrail_hooks_total{side,outcome}`; failed hooks are logged (target
+//! `gateway::guardrails`).
+
+pub mod checks;
+pub mod config;
+pub mod hooks;
+pub mod results;
+pub mod text;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::Value;
+
+use plugin_sdk::llm::LlmRequest;
+use plugin_sdk::plugin::ResponseParts;
+use plugin_sdk::{
+    BuildCx, Chunk, ConfigIssue, Flow, GatewayError, Plugin, PluginFactory, RequestCx, Route,
+    RoutePlan,
+};
+
+use config::{build_hooks, hooks_of_config, Allow, Hook, HookSet, RawHook};
+use hooks::{GuardMetrics, Material, Runner};
+use results::{refused, warned_status, with_results, HookResult, HookResults, Side};
+use text::Subject;
+
+/// The `guardrails` pipeline entry.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct GuardrailsConfig {
+    /// Hooks run on every request's input. Default: none.
+    #[serde(default)]
+    pub before_request_hooks: Option<Vec<RawHook>>,
+    /// Another name for `before_request_hooks`.
+    #[serde(default)]
+    pub input_guardrails: Option<Vec<RawHook>>,
+    /// Hooks run on every chat completion's output. Default: none.
+    #[serde(default)]
+    pub after_request_hooks: Option<Vec<RawHook>>,
+    /// Another name for `after_request_hooks`.
+    #[serde(default)]
+    pub output_guardrails: Option<Vec<RawHook>>,
+    /// On streams, how many bytes of new text arrive between two early checks. Default: 256.
+    #[serde(default = "default_stream_check_bytes")]
+    pub stream_check_bytes: usize,
+    /// Whether hooks sent with a request (`x-gw-config`) may use checks that call the network
+    /// (`default.webhook`, `default.validUrls`), which lets a client make the gateway send
+    /// requests. Default: true.
+    #[serde(default = "yes")]
+    pub request_network_checks: bool,
+}
+
+fn default_stream_check_bytes() -> usize {
+    256
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl GuardrailsConfig {
+    /// The hooks of one side, under whichever name was used, and the name.
+    fn side(&self, side: Side) -> Vec<(&'static str, &Vec<RawHook>)> {
+        let [primary, alias] = config::side_keys(side);
+        let (a, b) = match side {
+            Side::Input => (&self.before_request_hooks, &self.input_guardrails),
+            Side::Output => (&self.after_request_hooks, &self.output_guardrails),
+        };
+        [(primary, a), (alias, b)]
+            .into_iter()
+            .filter_map(|(name, hooks)| hooks.as_ref().map(|h| (name, h)))
+            .collect()
+    }
+
+    /// Both sides' hooks, validated.
+    fn hooks(&self) -> Result<HookSet, Vec<ConfigIssue>> {
+        let mut issues = Vec::new();
+        if self.stream_check_bytes == 0 {
+            issues.push(ConfigIssue::new("stream_check_bytes", "must be at least 1"));
+        }
+        let mut sides = Vec::new();
+        for side in [Side::Input, Side::Output] {
+            let lists = self.side(side);
+            if lists.len() > 1 {
+                let [primary, alias] = config::side_keys(side);
+                issues.push(ConfigIssue::new(
+                    alias,
+                    format!("give {primary} or {alias}, not both"),
+                ));
+            }
+            let mut hooks = Vec::new();
+            for (name, raw) in lists {
+                match build_hooks(raw, name, Allow { network: true }) {
+                    Ok(h) => hooks.extend(h),
+                    Err(found) => issues.extend(found),
+                }
+            }
+            sides.push(hooks);
+        }
+        if !issues.is_empty() {
+            return Err(issues);
+        }
+        let after = sides.pop().unwrap_or_default();
+        let before = sides.pop().unwrap_or_default();
+        Ok(HookSet { before, after })
+    }
+}
+
+/// Workspace default hooks for one request, run after the pipeline's own and before the
+/// request config's. Another plugin (the control plane's) inserts this into
+/// `RequestCx::extensions` in its `on_request`, before this plugin runs.
+#[derive(Debug, Clone, Default)]
+pub struct DefaultHooks {
+    pub before: Vec<Arc<Hook>>,
+    pub after: Vec<Arc<Hook>>,
+}
+
+impl DefaultHooks {
+    /// Builds default hooks from a JSON object with `before_request_hooks` /
+    /// `after_request_hooks` (or the aliases), as a routing config writes them. Validate once
+    /// and keep the result: building compiles regexes and schemas.
+    pub fn from_json(value: &Value) -> Result<DefaultHooks, Vec<ConfigIssue>> {
+        let HookSet { before, after } = hooks_of_config(value, Allow { network: true })?;
+        Ok(DefaultHooks { before, after })
+    }
+}
+
+/// The request's own output hooks (defaults and config), read by the plugin instance that
+/// read them in `on_request`.
+#[derive(Clone)]
+struct RequestHooks {
+    owner: usize,
+    after: Vec<Arc<Hook>>,
+}
+
+/// A stream's gathered text, per plugin instance.
+#[derive(Clone, Default)]
+struct StreamStates(Vec<(usize, StreamState)>);
+
+#[derive(Clone, Default)]
+struct StreamState {
+    text: String,
+    /// The text's length at the last early check.
+    checked: usize,
+    /// The final checks ran (or a hook stopped the stream).
+    done: bool,
+}
+
+/// Tells the plugin instances of one pipeline apart.
+static INSTANCES: AtomicUsize = AtomicUsize::new(0);
+
+pub struct Guardrails {
+    instance: usize,
+    before: Vec<Arc<Hook>>,
+    after: Vec<Arc<Hook>>,
+    runner: Runner,
+    stream_check_bytes: usize,
+    request_network_checks: bool,
+}
+
+pub struct GuardrailsFactory;
+
+impl PluginFactory for GuardrailsFactory {
+    const KIND: &'static str = "guardrails";
+    const SUMMARY: &'static str =
+        "Runs guardrail hooks (regex, contains, counts, JSON, PII, webhook...) on input and output; 446 refuses, 246 warns";
+    const EXAMPLE: &'static str = "- kind: guardrails          # after provider_select
+  before_request_hooks:
+    - id: no-pii
+      type: mutator
+      checks:
+        - id: default.pii
+          parameters: {redact: true}
+  after_request_hooks:
+    - id: short-answers
+      deny: true
+      checks:
+        - id: default.wordCount
+          parameters: {maxWords: 500}";
+    type Config = GuardrailsConfig;
+
+    fn validate(config: &Self::Config) -> Vec<ConfigIssue> {
+        config.hooks().err().unwrap_or_default()
+    }
+
+    fn build(config: Self::Config, cx: &BuildCx) -> Result<Arc<dyn Plugin>, String> {
+        let HookSet { before, after } = config.hooks().map_err(|issues| {
+            issues
+                .iter()
+                .map(|i| format!("{}: {}", i.path, i.message))
+                .collect::<Vec<_>>()
+                .join("; ")
+        })?;
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| format!("cannot build the HTTP client for webhooks: {e}"))?;
+        Ok(Arc::new(Guardrails {
+            instance: INSTANCES.fetch_add(1, Ordering::Relaxed),
+            before,
+            after,
+            runner: Runner {
+                http,
+                metrics: GuardMetrics::register(&cx.metrics)?,
+            },
+            stream_check_bytes: config.stream_check_bytes,
+            request_network_checks: config.request_network_checks,
+        }))
+    }
+}
+
+plugin_sdk::register_plugin!(GuardrailsFactory);
+
+impl Guardrails {
+    /// The hooks of the request's routing config, if it has one.
+    fn config_hooks(&self, cx: &RequestCx) -> Result<HookSet, GatewayError> {
+        match &cx.plan {
+            Some(RoutePlan::Config(config)) => hooks_of_config(
+                config,
+                Allow {
+                    network: self.request_network_checks,
+                },
+            )
+            .map_err(|issues| {
+                let message = issues
+                    .iter()
+                    .map(|i| format!("{}: {}", i.path, i.message))
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                let param = issues.first().map(|i| i.path.clone()).unwrap_or_default();
+                GatewayError::invalid_param(param, format!("invalid hook in the config: {message}"))
+            }),
+            None if cx.gw.config.is_some() => Err(GatewayError::internal(
+                "the guardrails plugin must come after provider_select in the pipeline to read \
+                 the hooks of x-gw-config",
+            )),
+            _ => Ok(HookSet::default()),
+        }
+    }
+
+    /// This plugin's output hooks for a request: its own, then the request's.
+    fn after_hooks(&self, cx: &RequestCx) -> Vec<Arc<Hook>> {
+        let mut hooks = self.after.clone();
+        if let Some(r) = cx.extensions.get::<RequestHooks>() {
+            if r.owner == self.instance {
+                hooks.extend(r.after.iter().cloned());
+            }
+        }
+        hooks
+    }
+
+    /// Ends a stream: every hook on the whole text.
+    fn finish_stream(&self, cx: &mut RequestCx, hooks: &[Arc<Hook>], text: String) -> Flow {
+        let request = if hooks.iter().any(|h| h.is_async && h.needs_network()) {
+            serde_json::from_slice(&cx.body).unwrap_or(Value::Null)
+        } else {
+            Value::Null
+        };
+        let mut m = Material {
+            side: Side::Output,
+            subject: Subject::single(text),
+            model: cx.requested_model().map(str::to_owned),
+            request,
+            response: None,
+            can_rewrite: false,
+            rewrites: 0,
+        };
+        let results = self.runner.run_local(hooks, &mut m);
+        self.conclude(cx, Side::Output, results)
+    }
+
+    /// Records results; a blocking one answers the 446.
+    fn conclude(&self, cx: &mut RequestCx, side: Side, results: Vec<HookResult>) -> Flow {
+        let blocks = results.iter().any(HookResult::blocks);
+        HookResults::record(cx, side, results);
+        if blocks {
+            Flow::Respond(refused(&HookResults::of(cx)))
+        } else {
+            Flow::Continue
+        }
+    }
+}
+
+#[async_trait]
+impl Plugin for Guardrails {
+    fn kind(&self) -> &'static str {
+        GuardrailsFactory::KIND
+    }
+
+    async fn on_request(&self, cx: &mut RequestCx) -> Result<Flow, GatewayError> {
+        let mut before = self.before.clone();
+        // The first guardrails entry of the pipeline takes the request's own hooks.
+        if cx.extensions.get::<RequestHooks>().is_none() {
+            let config = self.config_hooks(cx)?;
+            let defaults = cx
+                .extensions
+                .get::<DefaultHooks>()
+                .cloned()
+                .unwrap_or_default();
+            before.extend(defaults.before);
+            before.extend(config.before);
+            let mut after = defaults.after;
+            after.extend(config.after);
+            cx.extensions.insert(RequestHooks {
+                owner: self.instance,
+                after,
+            });
+        }
+        if before.is_empty() || matches!(cx.route, Route::Passthrough | Route::FineTuningJobs) {
+            return Ok(Flow::Continue);
+        }
+        let Ok(body) = serde_json::from_slice::<Value>(&cx.body) else {
+            return Ok(Flow::Continue);
+        };
+        let mut m = Material {
+            side: Side::Input,
+            subject: Subject::input(cx.route, &body),
+            model: cx.requested_model().map(str::to_owned),
+            request: body,
+            response: None,
+            can_rewrite: true,
+            rewrites: 0,
+        };
+        let results = self.runner.run(&before, &mut m).await;
+        if m.transformed() {
+            let bytes = serde_json::to_vec(&m.request)
+                .map_err(|e| GatewayError::internal(format!("cannot encode the request: {e}")))?;
+            cx.request = LlmRequest::decode(cx.route, &bytes)?;
+            cx.body = Bytes::from(bytes);
+        }
+        Ok(self.conclude(cx, Side::Input, results))
+    }
+
+    async fn on_response(
+        &self,
+        cx: &mut RequestCx,
+        response: &mut ResponseParts,
+    ) -> Result<Flow, GatewayError> {
+        if !response.status.is_success() {
+            return Ok(Flow::Continue);
+        }
+        let after = self.after_hooks(cx);
+        if cx.route == Route::ChatCompletions && !after.is_empty() {
+            if let Ok(body) = serde_json::from_slice::<Value>(&response.body) {
+                let request = if after.iter().any(|h| h.needs_network()) {
+                    serde_json::from_slice(&cx.body).unwrap_or(Value::Null)
+                } else {
+                    Value::Null
+                };
+                let mut m = Material {
+                    side: Side::Output,
+                    subject: Subject::output(&body),
+                    model: cx.requested_model().map(str::to_owned),
+                    request,
+                    response: Some(body),
+                    can_rewrite: true,
+                    rewrites: 0,
+                };
+                let results = self.runner.run(&after, &mut m).await;
+                if m.transformed() {
+                    if let Some(Ok(bytes)) = m.response.as_ref().map(serde_json::to_vec) {
+                        response.body = Bytes::from(bytes);
+                    }
+                }
+                if let Flow::Respond(r) = self.conclude(cx, Side::Output, results) {
+                    return Ok(Flow::Respond(r));
+                }
+            }
+        }
+        let all = HookResults::of(cx);
+        if all.before_request_hooks.is_empty() && all.after_request_hooks.is_empty() {
+            return Ok(Flow::Continue);
+        }
+        if let Some(body) = with_results(&response.body, &all) {
+            response.body = Bytes::from(body);
+        }
+        if all.any_failed() {
+            response.status = warned_status();
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn on_chunk(&self, cx: &mut RequestCx, chunk: &mut Chunk) -> Result<Flow, GatewayError> {
+        let request_after = cx
+            .extensions
+            .get::<RequestHooks>()
+            .is_some_and(|r| r.owner == self.instance && !r.after.is_empty());
+        if cx.route != Route::ChatCompletions || (self.after.is_empty() && !request_after) {
+            return Ok(Flow::Continue);
+        }
+        let after = self.after_hooks(cx);
+        if after.is_empty() {
+            return Ok(Flow::Continue);
+        }
+        let mut states = cx.extensions.remove::<StreamStates>().unwrap_or_default();
+        let at = match states.0.iter().position(|(i, _)| *i == self.instance) {
+            Some(at) => at,
+            None => {
+                states.0.push((self.instance, StreamState::default()));
+                states.0.len() - 1
+            }
+        };
+        let state = &mut states.0[at].1;
+        let mut flow = Flow::Continue;
+        if !state.done {
+            let end = gather(&chunk.data, &mut state.text);
+            if end {
+                state.done = true;
+                let text = std::mem::take(&mut state.text);
+                flow = self.finish_stream(cx, &after, text);
+            } else if state.text.len() >= state.checked + self.stream_check_bytes {
+                state.checked = state.text.len();
+                let failed = self.runner.run_partial(&after, &state.text);
+                if !failed.is_empty() {
+                    state.done = true;
+                    flow = self.conclude(cx, Side::Output, failed);
+                }
+            }
+        }
+        cx.extensions.insert(states);
+        Ok(flow)
+    }
+}
+
+/// The parts of a `chat.completion.chunk` event that the checks read.
+#[derive(Deserialize)]
+struct ChunkEvent {
+    #[serde(default)]
+    choices: Vec<ChunkChoice>,
+}
+
+#[derive(Deserialize)]
+struct ChunkChoice {
+    #[serde(default)]
+    index: u64,
+    #[serde(default)]
+    delta: Option<ChunkDelta>,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ChunkDelta {
+    #[serde(default)]
+    content: Option<String>,
+}
+
+/// Adds the first choice's content deltas of some `chat.completion.chunk` events to `text`;
+/// true when the stream's answer is complete (a `finish_reason` for it, or `[DONE]`).
+fn gather(events: &[u8], text: &mut String) -> bool {
+    let mut end = false;
+    for line in events.split(|b| *b == b'\n') {
+        let Some(data) = line.strip_prefix(b"data:") else {
+            continue;
+        };
+        let data = data.trim_ascii();
+        if data == b"[DONE]" {
+            end = true;
+            continue;
+        }
+        let Ok(event) = serde_json::from_slice::<ChunkEvent>(data) else {
+            continue;
+        };
+        for choice in event.choices.into_iter().filter(|c| c.index == 0) {
+            if let Some(content) = choice.delta.and_then(|d| d.content) {
+                text.push_str(&content);
+            }
+            if choice.finish_reason.is_some() {
+                end = true;
+            }
+        }
+    }
+    end
+}
+
+#[cfg(test)]
+mod tests;
