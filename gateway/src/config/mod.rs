@@ -464,7 +464,7 @@ pipeline:
         let errors = load(yaml).unwrap_err();
         let text = errors.to_string();
         assert!(
-            text.contains("registered kinds: metrics, provider_select, request_log"),
+            text.contains("registered kinds: guardrails, metrics, provider_select, request_log"),
             "{text}"
         );
         assert!(text.contains("colour"), "{text}");
