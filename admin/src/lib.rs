@@ -1,6 +1,234 @@
-//! The control plane: organisations, workspaces, users, roles, API keys, policies, configs,
-//! providers and integrations, audit logs, analytics, MCP servers — an axum Router over sqlx
-//! (SQLite by default, PostgreSQL for shared deployments), mounted by the gateway under `/v1`.
+//! The control plane: organisations, workspaces, users, roles, API keys and the audit log so
+//! far (policies, configs, providers and integrations come next) — an axum Router over sqlx
+//! (SQLite by default, PostgreSQL for shared deployments), served by the gateway on its own
+//! listener under `/v1`.
 //!
-//! Its stores publish immutable snapshots that the data plane reads through the traits of
-//! `plugin_sdk::store`; until they exist, the gateway reads providers and configs from its YAML.
+//! - [`db`]: the pool, write transactions, migrations (one portable SQL folder);
+//! - [`store`]: every query; each write is one transaction with its audit record;
+//! - [`authz`]: who may do what, in one place;
+//! - [`api`]: the routes and their input checks ([`validate`]), errors in one place ([`error`]);
+//! - [`ControlPlane`]: what the gateway runs: the database, bootstrap, the key expiry worker
+//!   and the router, on a runtime of their own.
+
+pub mod api;
+pub mod authz;
+pub mod db;
+pub mod error;
+pub mod keys;
+pub mod store;
+pub mod time;
+pub mod validate;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use tower::ServiceExt;
+
+pub use api::{router, ClientAddr, MAX_BODY_BYTES};
+pub use error::{AdminError, ErrorKind};
+pub use store::{BootstrapOptions, BootstrapOutcome, Store};
+
+/// Paths the control plane owns. The gateway sends every request under one of these (the path
+/// itself or below it) to the control plane; all other `/v1/` paths stay provider routes.
+pub const CONTROL_PLANE_PREFIXES: &[&str] = &[
+    "/v1/admin",
+    "/v1/api-keys",
+    "/v1/audit-logs",
+    "/v1/configs",
+    "/v1/integrations",
+    "/v1/providers",
+    "/v1/virtual-keys",
+    "/v1/policies",
+    "/v1/deployments",
+    "/v1/openapi.json",
+];
+
+/// True for a path the control plane owns.
+pub fn is_control_plane_path(path: &str) -> bool {
+    CONTROL_PLANE_PREFIXES.iter().any(|prefix| {
+        path.strip_prefix(prefix)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    })
+}
+
+/// How often the expiry worker looks for keys past their `expires_at`.
+pub const DEFAULT_EXPIRY_INTERVAL: Duration = Duration::from_secs(60);
+
+/// What the control plane starts with.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub database_url: String,
+    pub bootstrap: BootstrapOptions,
+    pub expiry_interval: Duration,
+}
+
+impl Options {
+    pub fn new(database_url: impl Into<String>) -> Options {
+        Options {
+            database_url: database_url.into(),
+            bootstrap: BootstrapOptions::default(),
+            expiry_interval: DEFAULT_EXPIRY_INTERVAL,
+        }
+    }
+}
+
+/// The running control plane. Its database connections, its expiry worker and its handlers
+/// live on a small runtime of their own, so they do not depend on whichever runtime serves a
+/// request (Pingora runs several).
+pub struct ControlPlane {
+    runtime: Option<tokio::runtime::Runtime>,
+    store: Store,
+    router: axum::Router,
+    bootstrap: BootstrapOutcome,
+}
+
+impl ControlPlane {
+    /// Opens the database, applies its migrations, bootstraps it when empty, and starts the
+    /// expiry worker. May be called from inside or outside an async runtime.
+    pub fn start(options: Options) -> Result<ControlPlane, AdminError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("gw-control-plane")
+            .enable_all()
+            .build()
+            .map_err(|e| AdminError::internal(format!("cannot start a runtime: {e}")))?;
+        let handle = runtime.handle().clone();
+        let started = std::thread::scope(|s| {
+            s.spawn(|| {
+                handle.block_on(async {
+                    let store = Store::open(&options.database_url).await?;
+                    let outcome = store.bootstrap(&options.bootstrap).await?;
+                    Ok::<_, AdminError>((store, outcome))
+                })
+            })
+            .join()
+            .unwrap_or_else(|_| Err(AdminError::internal("control-plane start-up panicked")))
+        });
+        let (store, bootstrap) = match started {
+            Ok(started) => started,
+            Err(e) => {
+                // This may run inside another runtime, where dropping one blocks: don't wait.
+                runtime.shutdown_background();
+                return Err(e);
+            }
+        };
+        match &bootstrap {
+            BootstrapOutcome::Created {
+                organisation_id, ..
+            } => tracing::info!(
+                organisation = %organisation_id,
+                "control plane: first start; made the organisation, its owner, the workspace \"default\" and an admin key"
+            ),
+            BootstrapOutcome::Existing { organisation_id } => {
+                tracing::debug!(organisation = %organisation_id, "control plane: database ready")
+            }
+        }
+        runtime.spawn(expiry_worker(store.clone(), options.expiry_interval));
+        Ok(ControlPlane {
+            runtime: Some(runtime),
+            router: router(store.clone()),
+            store,
+            bootstrap,
+        })
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// What the start found or made; holds the generated admin key on a first start.
+    pub fn bootstrap(&self) -> &BootstrapOutcome {
+        &self.bootstrap
+    }
+
+    /// The admin key generated by this start, handed out once (the caller shows it); later
+    /// calls return `None`.
+    pub fn take_generated_key(&mut self) -> Option<String> {
+        match &mut self.bootstrap {
+            BootstrapOutcome::Created { generated_key, .. } => generated_key.take(),
+            BootstrapOutcome::Existing { .. } => None,
+        }
+    }
+
+    /// Answers one request (its body already read) on the control plane's runtime.
+    pub async fn handle(&self, req: http::Request<Bytes>) -> http::Response<Bytes> {
+        let Some(runtime) = &self.runtime else {
+            return AdminError::internal("the control plane has stopped").to_http();
+        };
+        let router = self.router.clone();
+        let task = runtime.spawn(async move {
+            let resp = match router.oneshot(req.map(axum::body::Body::from)).await {
+                Ok(resp) => resp,
+                Err(never) => match never {},
+            };
+            let (parts, body) = resp.into_parts();
+            match axum::body::to_bytes(body, usize::MAX).await {
+                Ok(bytes) => http::Response::from_parts(parts, bytes),
+                Err(e) => AdminError::internal(format!("cannot read the answer: {e}")).to_http(),
+            }
+        });
+        match task.await {
+            Ok(resp) => resp,
+            Err(e) => {
+                tracing::error!(error = %e, "a control-plane handler failed");
+                AdminError::internal("internal error: the handler failed").to_http()
+            }
+        }
+    }
+}
+
+impl Drop for ControlPlane {
+    fn drop(&mut self) {
+        // Dropping a runtime may happen inside another runtime: let it wind down on its own.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// Every `every`, marks keys past their `expires_at` as `expired`. Runs until its task is
+/// dropped.
+pub async fn expiry_worker(store: Store, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match store.expire_api_keys().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(keys = n, "API keys expired"),
+            Err(e) => tracing::warn!(error = %e, "the key expiry sweep failed; retrying later"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_plane_paths() {
+        for p in [
+            "/v1/admin/workspaces",
+            "/v1/admin/users/1",
+            "/v1/api-keys",
+            "/v1/api-keys/organisation/service",
+            "/v1/audit-logs",
+            "/v1/configs/pc-1",
+            "/v1/policies/rate-limits",
+            "/v1/openapi.json",
+            "/v1/virtual-keys",
+        ] {
+            assert!(is_control_plane_path(p), "{p}");
+        }
+        for p in [
+            "/v1/chat/completions",
+            "/v1/api-keysx",
+            "/v1/administrator",
+            "/v1/models",
+            "/v2/api-keys",
+            "/v1/openapi.jsonx",
+        ] {
+            assert!(!is_control_plane_path(p), "{p}");
+        }
+    }
+}

@@ -4,9 +4,11 @@
 //! requests; [`llm`] handles the LLM routes and [`passthrough`] every other provider path;
 //! [`pipeline`] runs the plugins; [`routing`] turns a plan into targets; [`providers`] holds
 //! the provider table and wire formats; [`upstream`] talks to providers; [`config`] loads and
-//! validates the YAML; [`respond`] writes every response the gateway itself produces.
+//! validates the YAML; [`respond`] writes every response the gateway itself produces;
+//! [`control_plane`] hands control-plane requests to the `admin` crate's Router.
 
 pub mod config;
+pub mod control_plane;
 pub mod llm;
 pub mod logging;
 pub mod passthrough;

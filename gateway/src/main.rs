@@ -11,7 +11,7 @@ use clap::{Args, Parser, Subcommand};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use gateway::config::{GatewayConfig, Overrides};
+use gateway::config::{GatewayConfig, Overrides, Secret};
 use gateway::routing::config::RoutingConfig;
 use gateway::server::{run_until_signal, Gateway};
 use plugin_sdk::PluginDescriptor;
@@ -44,6 +44,20 @@ enum Command {
         #[command(subcommand)]
         command: PluginsCommand,
     },
+    /// Prepare the control-plane database: apply its migrations and, when it is empty, make
+    /// the organisation, its owner, the `default` workspace and an admin key (the value of
+    /// GW_BOOTSTRAP_ADMIN_KEY, or a generated key printed once). `serve` does the same at start.
+    Bootstrap(BootstrapArgs),
+}
+
+#[derive(Args, Clone)]
+struct BootstrapArgs {
+    /// The config file (for `database_url`).
+    #[arg(long, env = "GW_CONFIG", default_value = "configs/gateway.yaml")]
+    config: PathBuf,
+    /// Control-plane database URL; overrides `database_url`.
+    #[arg(long, env = "GW_DATABASE_URL")]
+    database_url: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -85,6 +99,7 @@ fn main() -> ExitCode {
         Some(Command::Config {
             command: ConfigCommand::Check { file },
         }) => config_check(&file),
+        Some(Command::Bootstrap(args)) => bootstrap(args),
         Some(Command::Plugins {
             command: PluginsCommand::List,
         }) => {
@@ -166,10 +181,88 @@ fn read_routing_config(file: &std::path::Path) -> Option<serde_json::Value> {
     (routing && !gateway).then_some(value)
 }
 
+/// `GW_BOOTSTRAP_ADMIN_KEY`: read from the environment only, never from a flag (which other
+/// users of the machine could see) or the file.
+fn bootstrap_admin_key() -> Option<Secret> {
+    std::env::var("GW_BOOTSTRAP_ADMIN_KEY")
+        .ok()
+        .filter(|k| !k.is_empty())
+        .map(Secret)
+}
+
+/// Shows a generated admin key, the one time it exists outside the database: on stdout, never
+/// in the log.
+fn print_new_admin_key(key: &str) {
+    println!(
+        "The control plane's first start made an organisation, its owner, the workspace \"default\"\n\
+         and an admin key. The key is shown this once and stored only as a hash:\n\n    {key}\n\n\
+         Send it as the x-gw-api-key header to /v1/admin/workspaces, /v1/api-keys, /v1/audit-logs."
+    );
+}
+
+fn bootstrap(args: BootstrapArgs) -> ExitCode {
+    plugins::link();
+    let overrides = Overrides {
+        database_url: args.database_url,
+        bootstrap_admin_key: bootstrap_admin_key(),
+        ..Overrides::default()
+    };
+    let config = match GatewayConfig::load(&args.config, &overrides) {
+        Ok(c) => c,
+        Err(errors) => {
+            eprintln!("{}: invalid config:\n{errors}", args.config.display());
+            return ExitCode::from(1);
+        }
+    };
+    let options = admin::BootstrapOptions {
+        admin_key: config.bootstrap_admin_key.map(|k| k.0),
+        ..admin::BootstrapOptions::default()
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cannot start a runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let outcome = runtime.block_on(async {
+        let store = admin::Store::open(&config.database_url).await?;
+        let outcome = store.bootstrap(&options).await;
+        store.close().await;
+        outcome
+    });
+    match outcome {
+        Ok(admin::BootstrapOutcome::Created {
+            generated_key: Some(key),
+            ..
+        }) => print_new_admin_key(&key),
+        Ok(admin::BootstrapOutcome::Created { .. }) => println!(
+            "Made the organisation, its owner, the workspace \"default\" and the admin key \
+             from GW_BOOTSTRAP_ADMIN_KEY."
+        ),
+        Ok(admin::BootstrapOutcome::Existing { organisation_id }) => {
+            println!("Already bootstrapped (organisation {organisation_id}): nothing was made.")
+        }
+        Err(e) => {
+            eprintln!(
+                "{}: {}",
+                admin::db::redact_url(&config.database_url),
+                e.message
+            );
+            return ExitCode::from(1);
+        }
+    }
+    ExitCode::SUCCESS
+}
+
 fn serve(args: ServeArgs) -> ExitCode {
     let overrides = Overrides {
         listen: args.listen,
         database_url: args.database_url,
+        bootstrap_admin_key: bootstrap_admin_key(),
         redis_url: args.redis_url,
         log: args.log,
     };
@@ -189,9 +282,14 @@ fn serve(args: ServeArgs) -> ExitCode {
     };
     let listen = config.listen;
     let gw = match Gateway::new(config) {
-        Ok(gw) => Arc::new(gw),
+        Ok(mut gw) => {
+            if let Some(key) = gw.control_plane.take_generated_key() {
+                print_new_admin_key(&key);
+            }
+            Arc::new(gw)
+        }
         Err(errors) => {
-            eprintln!("cannot build the pipeline:\n{errors}");
+            eprintln!("cannot start the gateway:\n{errors}");
             return ExitCode::from(1);
         }
     };

@@ -1,6 +1,7 @@
 //! The one `impl ProxyHttp`: each Pingora hook hands over to the gateway's own modules.
 //!
-//! - `request_filter` dispatches: `/health` and `/metrics` are answered here; LLM routes are
+//! - `request_filter` dispatches: `/health` and `/metrics` are answered here; control-plane
+//!   paths go to [`crate::control_plane`] (the admin Router) and are answered there; LLM routes are
 //!   handled to the end by [`crate::llm`] (the response is written there, so Pingora's own
 //!   upstream phases are skipped); passthrough routes pick their target and continue.
 //! - `upstream_peer`, `upstream_request_filter`, `response_filter`, `fail_to_proxy` serve
@@ -66,6 +67,11 @@ impl ProxyHttp for GatewayProxy {
                 );
                 session.set_keepalive(None);
                 respond::error(session, None, &err).await;
+                return Ok(true);
+            }
+            Dispatch::Admin => {
+                ctx._in_flight = Some(self.gw.in_flight());
+                Box::pin(crate::control_plane::handle(&self.gw, session)).await;
                 return Ok(true);
             }
             Dispatch::Gateway(route) => route,

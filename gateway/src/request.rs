@@ -12,6 +12,8 @@ use plugin_sdk::{ErrorKind, GatewayError, RequestCx, Route};
 pub enum Dispatch {
     Health,
     Metrics,
+    /// A control-plane path ([`admin::CONTROL_PLANE_PREFIXES`]), any method.
+    Admin,
     /// An LLM or passthrough route under `/v1`.
     Gateway(Route),
     NotFound,
@@ -23,6 +25,9 @@ pub fn dispatch(method: &Method, path: &str) -> Dispatch {
         (&Method::GET, "/health") => return Dispatch::Health,
         (&Method::GET, "/metrics") => return Dispatch::Metrics,
         _ => {}
+    }
+    if admin::is_control_plane_path(path) {
+        return Dispatch::Admin;
     }
     let Some(rest) = path.strip_prefix("/v1/") else {
         return Dispatch::NotFound;
@@ -152,6 +157,20 @@ mod tests {
         );
         assert_eq!(
             dispatch(&Method::POST, "/v1/messages/count_tokens"),
+            Gateway(Route::Passthrough)
+        );
+        for (method, path) in [
+            (Method::POST, "/v1/admin/workspaces"),
+            (Method::GET, "/v1/api-keys"),
+            (Method::PATCH, "/v1/api-keys/x"),
+            (Method::GET, "/v1/audit-logs"),
+            (Method::PUT, "/v1/policies/rate-limits/x"),
+            (Method::GET, "/v1/openapi.json"),
+        ] {
+            assert_eq!(dispatch(&method, path), Admin, "{method} {path}");
+        }
+        assert_eq!(
+            dispatch(&Method::GET, "/v1/api-keysx"),
             Gateway(Route::Passthrough)
         );
         assert_eq!(dispatch(&Method::PATCH, "/v1/files/f1"), NotFound);

@@ -14,7 +14,7 @@ use pingora::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch};
 use prometheus::{Encoder, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
 
 use plugin_sdk::store::ProviderStore;
-use plugin_sdk::BuildCx;
+use plugin_sdk::{BuildCx, ConfigIssue};
 
 use crate::config::{ConfigErrors, GatewayConfig};
 use crate::pipeline::Pipeline;
@@ -36,6 +36,8 @@ pub struct Gateway {
     pub endpoints: Endpoints,
     pub upstream: Upstream,
     pub metrics: Registry,
+    /// The control plane, served under its `/v1` paths ([`admin::CONTROL_PLANE_PREFIXES`]).
+    pub control_plane: admin::ControlPlane,
     in_flight: IntGauge,
 }
 
@@ -85,7 +87,9 @@ impl Drop for InFlight {
 }
 
 impl Gateway {
-    /// Builds the plugins and stores of a validated config.
+    /// Builds the plugins and stores of a validated config, then starts the control plane:
+    /// opens `database_url`, applies its migrations, bootstraps an empty database, and starts
+    /// the key expiry worker.
     pub fn new(config: GatewayConfig) -> Result<Gateway, ConfigErrors> {
         plugins::link();
         let metrics = Registry::new();
@@ -105,6 +109,15 @@ impl Gateway {
             metrics: metrics.clone(),
         };
         let pipeline = Pipeline::build(&config.pipeline, &build)?;
+        let control_plane = admin::ControlPlane::start(admin::Options {
+            database_url: config.database_url.clone(),
+            bootstrap: admin::BootstrapOptions {
+                admin_key: config.bootstrap_admin_key.as_ref().map(|k| k.0.clone()),
+                ..admin::BootstrapOptions::default()
+            },
+            expiry_interval: admin::DEFAULT_EXPIRY_INTERVAL,
+        })
+        .map_err(|e| ConfigErrors(vec![ConfigIssue::new("database_url", e.message)]))?;
         Ok(Gateway {
             breakers: Breakers::default(),
             routing_metrics,
@@ -114,6 +127,7 @@ impl Gateway {
             config,
             pipeline,
             metrics,
+            control_plane,
             in_flight,
         })
     }

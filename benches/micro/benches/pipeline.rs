@@ -45,7 +45,12 @@ fn headers() -> HeaderMap {
 
 fn gateway() -> Gateway {
     let yaml = "providers:\n  - {slug: mock, provider: openai, api_key: k, custom_host: \"http://127.0.0.1:9/v1\"}\n";
-    let config = GatewayConfig::from_yaml(yaml, &Overrides::default()).expect("valid config");
+    // The control plane is started too: keep its database in memory.
+    let overrides = Overrides {
+        database_url: Some("sqlite::memory:".into()),
+        ..Overrides::default()
+    };
+    let config = GatewayConfig::from_yaml(yaml, &overrides).expect("valid config");
     Gateway::new(config).expect("pipeline builds")
 }
 

@@ -20,6 +20,9 @@ use crate::providers::table;
 use crate::routing::config::RoutingConfig;
 use crate::upstream::{Endpoint, UpstreamTimeouts};
 
+/// The control plane's database when none is configured: a SQLite file in the working folder.
+pub const DEFAULT_DATABASE_URL: &str = "sqlite://gateway.db";
+
 /// The default request body limit: 32 MiB, room for long contexts and inline images.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
 
@@ -34,6 +37,8 @@ pub struct GatewayConfig {
     /// How long shutdown waits for in-flight requests and streams.
     pub drain_timeout: Duration,
     pub database_url: String,
+    /// The control plane's first admin key (`GW_BOOTSTRAP_ADMIN_KEY`; never read from the file).
+    pub bootstrap_admin_key: Option<Secret>,
     pub redis_url: Option<String>,
     pub log: String,
     pub providers: Vec<ProviderRecord>,
@@ -67,8 +72,19 @@ impl fmt::Debug for PipelineEntry {
 pub struct Overrides {
     pub listen: Option<String>,
     pub database_url: Option<String>,
+    pub bootstrap_admin_key: Option<Secret>,
     pub redis_url: Option<String>,
     pub log: Option<String>,
+}
+
+/// A secret setting: its `Debug` form never shows the value.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
 }
 
 /// Every problem found in a config file.
@@ -299,6 +315,21 @@ fn validate(json: Value, overrides: &Overrides) -> Result<GatewayConfig, ConfigE
         }
     }
 
+    let database_url = overrides
+        .database_url
+        .clone()
+        .or(raw.database_url)
+        .unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned());
+    if admin::db::Backend::of_url(&database_url).is_none() {
+        issues.push(ConfigIssue::new(
+            "database_url",
+            format!(
+                "{:?} is not a database URL: use sqlite://FILE (or sqlite::memory:) or postgres://...",
+                admin::db::redact_url(&database_url)
+            ),
+        ));
+    }
+
     if !issues.is_empty() {
         return Err(ConfigErrors(issues));
     }
@@ -308,11 +339,8 @@ fn validate(json: Value, overrides: &Overrides) -> Result<GatewayConfig, ConfigE
         max_body_bytes,
         upstream,
         drain_timeout: Duration::from_secs(raw.shutdown.drain_timeout_secs.unwrap_or(30)),
-        database_url: overrides
-            .database_url
-            .clone()
-            .or(raw.database_url)
-            .unwrap_or_else(|| "sqlite://gateway.db".to_owned()),
+        database_url,
+        bootstrap_admin_key: overrides.bootstrap_admin_key.clone(),
         redis_url: overrides.redis_url.clone().or(raw.redis_url),
         log: overrides
             .log
@@ -495,6 +523,14 @@ pipeline:
     fn saved_routing_configs_are_validated_with_their_paths() {
         let found = paths("configs:\n  - id: pc-1\n    config: {strategy: {mode: loadbalance}, targets: [{provider: openai, weight: -1}]}\n");
         assert_eq!(found, vec!["configs[0].config.targets[0].weight"]);
+    }
+
+    #[test]
+    fn the_database_url_must_name_a_supported_database() {
+        assert_eq!(paths("database_url: mysql://h/db"), vec!["database_url"]);
+        let c = load("database_url: postgres://u:p@h/db").unwrap();
+        assert_eq!(c.database_url, "postgres://u:p@h/db");
+        assert_eq!(load("").unwrap().database_url, DEFAULT_DATABASE_URL);
     }
 
     #[test]

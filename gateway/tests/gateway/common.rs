@@ -1,6 +1,6 @@
 //! Starting a mock provider and a gateway for one test.
 
-use gateway::config::{GatewayConfig, Overrides};
+use gateway::config::{GatewayConfig, Overrides, Secret};
 use gateway::server::{free_local_addr, spawn, Gateway, RunningGateway};
 use mock_provider::MockProvider;
 use serde_json::{json, Value};
@@ -9,10 +9,39 @@ pub struct Env {
     pub mock: MockProvider,
     pub gw: RunningGateway,
     pub client: reqwest::Client,
+    /// The gateway's own control-plane database, removed with the `Env`.
+    pub db: TempDir,
 }
 
 /// The saved provider every test can use: `x-gw-provider: @mock`.
 pub const MOCK_KEY: &str = "sk-mock-saved";
+
+/// The control plane's bootstrap admin key in every test gateway.
+pub const ADMIN_KEY: &str = "test-admin-key-0123456789";
+
+/// A folder under the system's temporary folder, removed when dropped.
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = SEQ.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir = std::env::temp_dir().join(format!("gw-{name}-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("make a temporary folder");
+        TempDir(dir)
+    }
+
+    /// A SQLite URL for a database file in this folder.
+    pub fn sqlite_url(&self) -> String {
+        format!("sqlite://{}", self.0.join("gateway.db").display())
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
 
 impl Env {
     /// A gateway with the default pipeline and a saved provider `mock` pointing at the mock.
@@ -31,7 +60,14 @@ impl Env {
         let yaml = yaml
             .replace("{MOCK_BASE}", &mock.base_url())
             .replace("{MOCK_ROOT}", &format!("http://{}", mock.addr()));
-        let config = GatewayConfig::from_yaml(&yaml, &Overrides::default())
+        // Each gateway has a control-plane database of its own, bootstrapped with ADMIN_KEY.
+        let db = TempDir::new("test-db");
+        let overrides = Overrides {
+            database_url: Some(db.sqlite_url()),
+            bootstrap_admin_key: Some(Secret(ADMIN_KEY.into())),
+            ..Overrides::default()
+        };
+        let config = GatewayConfig::from_yaml(&yaml, &overrides)
             .unwrap_or_else(|e| panic!("test config is invalid:\n{e}\n---\n{yaml}"));
         let gateway = Gateway::new(config).expect("pipeline builds");
         let gw = tokio::task::spawn_blocking(move || spawn(gateway))
@@ -44,6 +80,7 @@ impl Env {
                 .pool_max_idle_per_host(0)
                 .build()
                 .expect("client"),
+            db,
         }
     }
 

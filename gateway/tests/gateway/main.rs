@@ -4,6 +4,7 @@ mod anthropic;
 mod cli;
 mod clouds;
 mod common;
+mod control_plane;
 mod guardrails;
 mod hostile;
 mod observability;

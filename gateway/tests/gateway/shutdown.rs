@@ -19,7 +19,8 @@ async fn sigint_drains_an_open_stream_then_exits() {
     std::fs::write(
         &config,
         format!(
-            "listen: {listen}\nthreads: 1\nlog: info\nshutdown: {{drain_timeout_secs: 20}}\nproviders:\n  - {{slug: mock, provider: openai, api_key: k, custom_host: \"{}\"}}\n",
+            "listen: {listen}\nthreads: 1\nlog: info\nshutdown: {{drain_timeout_secs: 20}}\ndatabase_url: \"sqlite://{}\"\nproviders:\n  - {{slug: mock, provider: openai, api_key: k, custom_host: \"{}\"}}\n",
+            dir.join("gateway.db").display(),
             mock.base_url()
         ),
     )

@@ -1,0 +1,507 @@
+//! `/v1/api-keys`: create (`{type}/{sub-type}`), list, get, update, delete, rotate.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::Json;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use super::{double_option, empty, list_envelope, AppState, Ctx, PathParams};
+use crate::authz::{self, Access, Action, KeyKind, Op, Principal, Resource, WorkspaceRole};
+use crate::error::{AdminError, Result};
+use crate::store::{ApiKey, KeyChanges, KeyFilter, NewKey, OrganisationSettings, Store};
+use crate::time::{self, Timestamp};
+use crate::validate::{self, Metadata, Page, RateLimit, UsageLimitsInput};
+
+/// The shortest and the default transition of a rotation: the old key works 30 more minutes.
+const MIN_TRANSITION_MS: i64 = 30 * 60 * 1000;
+
+/// `defaults` of a key.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct KeyDefaults {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    metadata: Option<Metadata>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    config_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    allow_config_override: Option<bool>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum RotationPeriod {
+    Weekly,
+    Monthly,
+}
+
+/// `rotation_policy` of a key (kept; automatic rotation is not run yet).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct RotationPolicy {
+    #[serde(default)]
+    rotation_period: Option<RotationPeriod>,
+    #[serde(default)]
+    next_rotation_at: Option<String>,
+    #[serde(default)]
+    key_transition_period_ms: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateKey {
+    name: String,
+    scopes: Vec<String>,
+    #[serde(default)]
+    description: Option<String>,
+    #[serde(default)]
+    workspace_id: Option<String>,
+    #[serde(default)]
+    user_id: Option<String>,
+    #[serde(default)]
+    rate_limits: Option<Vec<RateLimit>>,
+    #[serde(default)]
+    usage_limits: Option<UsageLimitsInput>,
+    #[serde(default)]
+    defaults: Option<KeyDefaults>,
+    #[serde(default)]
+    alert_emails: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "double_option")]
+    expires_at: Option<Option<String>>,
+    #[serde(default)]
+    rotation_policy: Option<RotationPolicy>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpdateKey {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default, deserialize_with = "double_option")]
+    description: Option<Option<String>>,
+    #[serde(default)]
+    scopes: Option<Vec<String>>,
+    #[serde(default)]
+    rate_limits: Option<Vec<RateLimit>>,
+    #[serde(default, deserialize_with = "double_option")]
+    usage_limits: Option<Option<UsageLimitsInput>>,
+    #[serde(default)]
+    defaults: Option<KeyDefaults>,
+    #[serde(default)]
+    alert_emails: Option<Vec<String>>,
+    #[serde(default, deserialize_with = "double_option")]
+    expires_at: Option<Option<String>>,
+    #[serde(default, deserialize_with = "double_option")]
+    rotation_policy: Option<Option<RotationPolicy>>,
+    #[serde(default)]
+    reset_usage: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RotateKey {
+    #[serde(default)]
+    key_transition_period_ms: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    #[serde(default)]
+    page_size: Option<i64>,
+    #[serde(default)]
+    current_page: Option<i64>,
+    #[serde(default)]
+    workspace_id: Option<String>,
+}
+
+/// `POST /api-keys/{type}/{sub-type}` or `POST /api-keys/{id}/rotate`.
+pub async fn create_or_rotate(
+    State(app): State<AppState>,
+    PathParams((first, second)): PathParams<(String, String)>,
+    ctx: Ctx,
+) -> Result<Json<Value>> {
+    if second == "rotate" && first != "organisation" && first != "workspace" {
+        return rotate(&app.store, &ctx, &first).await;
+    }
+    let kind = KeyKind::from_path(&first, &second).ok_or_else(|| {
+        AdminError::validation(format!(
+            "unknown key type {first}/{second}: use organisation/service, workspace/service or workspace/user"
+        ))
+    })?;
+    create(&app.store, &ctx, kind).await
+}
+
+async fn create(store: &Store, ctx: &Ctx, kind: KeyKind) -> Result<Json<Value>> {
+    let body: CreateKey = ctx.json()?;
+    let p = &ctx.principal;
+    let org = &p.organisation_id;
+    let name = validate::name("name", &body.name)?;
+    let scopes = authz::check_scopes(kind, &body.scopes).map_err(AdminError::validation)?;
+
+    let workspace_id = match (kind.is_workspace(), &body.workspace_id) {
+        (true, None) => {
+            return Err(AdminError::field(
+                "workspace_id",
+                "is required for workspace keys",
+            ))
+        }
+        (true, Some(ws)) => Some(resolve_workspace(store, org, ws).await?),
+        (false, Some(_)) => {
+            return Err(AdminError::field(
+                "workspace_id",
+                "an admin key belongs to the organisation, not to a workspace",
+            ))
+        }
+        (false, None) => None,
+    };
+    let user_id = match kind {
+        KeyKind::WorkspaceUser => {
+            let user = match &body.user_id {
+                Some(u) => validate::uuid("user_id", u)?,
+                None => p.user_id.clone().ok_or_else(|| {
+                    AdminError::field("user_id", "is required: the calling key acts for no user")
+                })?,
+            };
+            Some(user)
+        }
+        _ if body.user_id.is_some() => {
+            return Err(AdminError::field(
+                "user_id",
+                "only workspace user keys belong to a user",
+            ))
+        }
+        _ => None,
+    };
+
+    authz::allowed(
+        p,
+        &Action::new(Resource::ApiKeys(kind), Op::Create).owned_by(user_id.as_deref()),
+        workspace_id.as_deref(),
+    )?;
+    authz::may_grant(p, &scopes)?;
+
+    if let (Some(user), Some(ws)) = (&user_id, &workspace_id) {
+        if store.user(org, user).await?.is_none() {
+            return Err(AdminError::reference(format!(
+                "user_id: no user {user} in the organisation"
+            )));
+        }
+        if store.workspace_role_of(org, ws, user).await?.is_none() {
+            return Err(AdminError::field(
+                "user_id",
+                format!("the user {user} is not a member of the workspace"),
+            ));
+        }
+    }
+    let settings = store.organisation_settings(org).await?;
+    let expires_at = expiry(&settings, body.expires_at.as_ref(), true)?;
+    let key = NewKey {
+        kind,
+        name,
+        description: validate::description(body.description)?,
+        workspace_id,
+        user_id,
+        created_by_user_id: p.user_id.clone(),
+        scopes,
+        rate_limits: validate::rate_limits("rate_limits", body.rate_limits.unwrap_or_default())?,
+        usage_limits: body
+            .usage_limits
+            .map(|u| validate::usage_limits("usage_limits", u))
+            .transpose()?,
+        defaults: defaults(body.defaults.unwrap_or_default())?,
+        alert_emails: alert_emails(body.alert_emails.unwrap_or_default())?,
+        rotation_policy: body.rotation_policy.map(rotation_policy).transpose()?,
+        expires_at: expires_at.flatten(),
+    };
+    let (id, raw) = store.create_api_key(ctx.actor(), &key).await?;
+    Ok(Json(json!({"id": id, "key": raw, "object": "api-key"})))
+}
+
+/// `GET /api-keys`: the keys the caller may list, masked.
+pub async fn list(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
+    let q: ListQuery = ctx.query()?;
+    let page = Page::new(q.page_size, q.current_page)?;
+    let p = &ctx.principal;
+    let workspace_id = match &q.workspace_id {
+        Some(ws) => Some(resolve_workspace(&app.store, &p.organisation_id, ws).await?),
+        None => p.workspace_id().map(str::to_owned),
+    };
+    // Workspace members list only their own user keys.
+    let own_only = matches!(
+        p.access,
+        Access::Workspace {
+            role: WorkspaceRole::Member,
+            ..
+        }
+    );
+    let owner = if own_only { p.user_id.as_deref() } else { None };
+    let mut kinds = Vec::new();
+    let mut denied = None;
+    for kind in KeyKind::ALL {
+        let action = Action::new(Resource::ApiKeys(kind), Op::List).owned_by(owner);
+        match authz::allowed(p, &action, workspace_id.as_deref()) {
+            Ok(()) => kinds.push(kind),
+            Err(d) => denied = denied.or(Some(d)),
+        }
+    }
+    if kinds.is_empty() {
+        return Err(denied.expect("a refusal for each kind").into());
+    }
+    let filter = KeyFilter {
+        workspace_id,
+        kinds,
+        user_id: owner.map(str::to_owned),
+    };
+    let (total, keys) = app
+        .store
+        .api_keys(&p.organisation_id, &filter, page)
+        .await?;
+    Ok(list_envelope(
+        total,
+        keys.iter().map(ApiKey::to_json).collect(),
+    ))
+}
+
+/// `GET /api-keys/{id}`.
+pub async fn get(
+    State(app): State<AppState>,
+    PathParams(id): PathParams<String>,
+    ctx: Ctx,
+) -> Result<Json<Value>> {
+    let key = authorised_key(&app.store, &ctx.principal, &id, Op::Read).await?;
+    Ok(Json(key.to_json()))
+}
+
+/// `PUT /api-keys/{id}`.
+pub async fn update(
+    State(app): State<AppState>,
+    PathParams(id): PathParams<String>,
+    ctx: Ctx,
+) -> Result<Json<Value>> {
+    let body: UpdateKey = ctx.json()?;
+    let p = &ctx.principal;
+    let key = authorised_key(&app.store, p, &id, Op::Update).await?;
+    let scopes = match &body.scopes {
+        Some(s) => {
+            let s = authz::check_scopes(key.kind, s).map_err(AdminError::validation)?;
+            authz::may_grant(p, &s)?;
+            Some(s)
+        }
+        None => None,
+    };
+    let settings = app.store.organisation_settings(&p.organisation_id).await?;
+    let changes = KeyChanges {
+        name: body.name.map(|n| validate::name("name", &n)).transpose()?,
+        description: body.description.map(validate::description).transpose()?,
+        scopes,
+        rate_limits: body
+            .rate_limits
+            .map(|r| validate::rate_limits("rate_limits", r))
+            .transpose()?,
+        usage_limits: body
+            .usage_limits
+            .map(|u| {
+                u.map(|u| validate::usage_limits("usage_limits", u))
+                    .transpose()
+            })
+            .transpose()?,
+        defaults: body.defaults.map(defaults).transpose()?,
+        alert_emails: body.alert_emails.map(alert_emails).transpose()?,
+        rotation_policy: body
+            .rotation_policy
+            .map(|r| r.map(rotation_policy).transpose())
+            .transpose()?,
+        expires_at: expiry(&settings, body.expires_at.as_ref(), false)?,
+        reset_usage: body.reset_usage.unwrap_or(false),
+    };
+    app.store
+        .update_api_key(ctx.actor(), &key, &changes)
+        .await?;
+    Ok(empty())
+}
+
+/// `DELETE /api-keys/{id}`: the key stops working at once.
+pub async fn delete(
+    State(app): State<AppState>,
+    PathParams(id): PathParams<String>,
+    ctx: Ctx,
+) -> Result<Json<Value>> {
+    let key = authorised_key(&app.store, &ctx.principal, &id, Op::Delete).await?;
+    app.store.delete_api_key(ctx.actor(), &key).await?;
+    Ok(empty())
+}
+
+/// `POST /api-keys/{id}/rotate`: a new raw key; the old one works for the transition period.
+async fn rotate(store: &Store, ctx: &Ctx, id: &str) -> Result<Json<Value>> {
+    let body: RotateKey = ctx.json()?;
+    let ms = body.key_transition_period_ms.unwrap_or(MIN_TRANSITION_MS);
+    if ms < MIN_TRANSITION_MS {
+        return Err(AdminError::field(
+            "key_transition_period_ms",
+            format!("must be >= {MIN_TRANSITION_MS} (30 minutes), got {ms}"),
+        ));
+    }
+    let key = authorised_key(store, &ctx.principal, id, Op::Update).await?;
+    if key.status == "expired" {
+        return Err(AdminError::validation(
+            "the key has expired: give it a new expires_at before rotating it",
+        ));
+    }
+    let rotated = store
+        .rotate_api_key(ctx.actor(), &key, Duration::from_millis(ms as u64))
+        .await?;
+    Ok(Json(json!({
+        "id": rotated.id,
+        "key": rotated.key,
+        "key_transition_expires_at": rotated.key_transition_expires_at,
+        "object": "api-key",
+    })))
+}
+
+/// The key of the path, when the caller may do `op` to it: 400 for a malformed id, 404 for
+/// none, 403 without the right.
+async fn authorised_key(store: &Store, p: &Principal, id: &str, op: Op) -> Result<ApiKey> {
+    let id = validate::uuid("id", id)?;
+    let key = store
+        .api_key(&p.organisation_id, &id)
+        .await?
+        .ok_or_else(|| AdminError::not_found(format!("no API key {id}")))?;
+    authz::allowed(
+        p,
+        &Action::new(Resource::ApiKeys(key.kind), op).owned_by(key.user_id.as_deref()),
+        key.workspace_id.as_deref(),
+    )?;
+    Ok(key)
+}
+
+/// A workspace id or slug of the request, as an id: 404 (AB02) when there is none.
+async fn resolve_workspace(store: &Store, org: &str, id_or_slug: &str) -> Result<String> {
+    Ok(store
+        .workspace(org, id_or_slug)
+        .await?
+        .ok_or_else(|| AdminError::reference(format!("workspace_id: no workspace {id_or_slug:?}")))?
+        .id)
+}
+
+/// `expires_at` within the organisation's bounds. Absent: the default expiry on creation (and
+/// no change on update); `null`: never, which only an organisation without a maximum allows.
+fn expiry(
+    settings: &OrganisationSettings,
+    requested: Option<&Option<String>>,
+    creating: bool,
+) -> Result<Option<Option<Timestamp>>> {
+    let now = time::now();
+    let days = |d: i64| chrono::Duration::days(d);
+    match requested {
+        None if creating => Ok(Some(
+            settings.api_key_default_expiry_days.map(|d| now + days(d)),
+        )),
+        None => Ok(None),
+        Some(None) => match settings.api_key_max_expiry_days {
+            Some(max) => Err(AdminError::field(
+                "expires_at",
+                format!("keys must expire within {max} days (the organisation's maximum)"),
+            )),
+            None => Ok(Some(None)),
+        },
+        Some(Some(text)) => {
+            let t = validate::timestamp("expires_at", text)?;
+            if t <= now {
+                return Err(AdminError::field("expires_at", "must be in the future"));
+            }
+            if let Some(max) = settings.api_key_max_expiry_days {
+                if t > now + days(max) {
+                    return Err(AdminError::field(
+                        "expires_at",
+                        format!("must be within {max} days (the organisation's maximum)"),
+                    ));
+                }
+            }
+            Ok(Some(Some(t)))
+        }
+    }
+}
+
+fn defaults(d: KeyDefaults) -> Result<Value> {
+    if let Some(c) = &d.config_id {
+        validate::max_len("defaults.config_id", c, validate::MAX_NAME)?;
+    }
+    Ok(serde_json::to_value(d).expect("defaults serialise"))
+}
+
+fn alert_emails(emails: Vec<String>) -> Result<Vec<String>> {
+    let mut seen = BTreeSet::new();
+    for (i, e) in emails.iter().enumerate() {
+        validate::email(&format!("alert_emails[{i}]"), e)?;
+        if !seen.insert(e.to_lowercase()) {
+            return Err(AdminError::field(
+                &format!("alert_emails[{i}]"),
+                "repeats an earlier address",
+            ));
+        }
+    }
+    Ok(emails)
+}
+
+fn rotation_policy(r: RotationPolicy) -> Result<Value> {
+    if let Some(ms) = r.key_transition_period_ms {
+        if ms < MIN_TRANSITION_MS {
+            return Err(AdminError::field(
+                "rotation_policy.key_transition_period_ms",
+                format!("must be >= {MIN_TRANSITION_MS} (30 minutes), got {ms}"),
+            ));
+        }
+    }
+    let next = match &r.next_rotation_at {
+        Some(t) => Some(time::format(validate::timestamp(
+            "rotation_policy.next_rotation_at",
+            t,
+        )?)),
+        None => None,
+    };
+    Ok(json!({
+        "rotation_period": r.rotation_period,
+        "next_rotation_at": next,
+        "key_transition_period_ms": r.key_transition_period_ms,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expiry_is_bounded_by_the_organisation() {
+        let s = OrganisationSettings::default();
+        let created = expiry(&s, None, true).unwrap().unwrap().unwrap();
+        let in_a_year = time::now() + chrono::Duration::days(365);
+        assert!((created - in_a_year).num_seconds().abs() < 5);
+        assert_eq!(expiry(&s, None, false).unwrap(), None);
+        let never = Some(None);
+        assert!(expiry(&s, never.as_ref(), true)
+            .unwrap_err()
+            .message
+            .contains("within 730 days"));
+        let far = Some(Some(time::format(
+            time::now() + chrono::Duration::days(731),
+        )));
+        assert!(expiry(&s, far.as_ref(), true).is_err());
+        let past = Some(Some("2020-01-01T00:00:00Z".to_owned()));
+        assert_eq!(
+            expiry(&s, past.as_ref(), true).unwrap_err().message,
+            "expires_at: must be in the future"
+        );
+        let unbounded = OrganisationSettings {
+            api_key_default_expiry_days: None,
+            api_key_max_expiry_days: None,
+        };
+        assert_eq!(expiry(&unbounded, None, true).unwrap(), Some(None));
+        assert_eq!(
+            expiry(&unbounded, never.as_ref(), true).unwrap(),
+            Some(None)
+        );
+    }
+}

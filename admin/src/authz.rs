@@ -1,0 +1,736 @@
+//! Who may do what: the one place that decides.
+//!
+//! A request is made by a [`Principal`]: the key that authenticated it, the role behind that
+//! key, its workspace when it is a workspace key, and the scopes it carries. [`allowed`] applies
+//! the spec's tables:
+//!
+//! - an admin (organisation service) key acts on the whole organisation;
+//! - a workspace key acts only inside its own workspace, and never on organisation settings,
+//!   workspaces, users and permissions, audit logs or admin keys;
+//! - keys are created by role: organisation owners and admins create admin keys and workspace
+//!   keys in any workspace, workspace admins and managers create workspace keys in their
+//!   workspace only, members create none (they may read their own user keys);
+//! - feedback is written with a workspace key only;
+//! - scopes narrow all of this: a key does only what its scopes name.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+/// Roles in the organisation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OrgRole {
+    Owner,
+    Admin,
+    Member,
+}
+
+impl OrgRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OrgRole::Owner => "owner",
+            OrgRole::Admin => "admin",
+            OrgRole::Member => "member",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<OrgRole> {
+        Some(match s {
+            "owner" => OrgRole::Owner,
+            "admin" => OrgRole::Admin,
+            "member" => OrgRole::Member,
+            _ => return None,
+        })
+    }
+}
+
+/// Roles in a workspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkspaceRole {
+    Admin,
+    Manager,
+    Member,
+}
+
+impl WorkspaceRole {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkspaceRole::Admin => "admin",
+            WorkspaceRole::Manager => "manager",
+            WorkspaceRole::Member => "member",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<WorkspaceRole> {
+        Some(match s {
+            "admin" => WorkspaceRole::Admin,
+            "manager" => WorkspaceRole::Manager,
+            "member" => WorkspaceRole::Member,
+            _ => return None,
+        })
+    }
+
+    /// Admins and managers manage the workspace's keys.
+    fn manages(self) -> bool {
+        matches!(self, WorkspaceRole::Admin | WorkspaceRole::Manager)
+    }
+}
+
+/// The three kinds of API key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum KeyKind {
+    /// An admin key: organisation-wide, owned by no user.
+    OrganisationService,
+    /// A workspace key owned by no user.
+    WorkspaceService,
+    /// A workspace key that acts for one user.
+    WorkspaceUser,
+}
+
+impl KeyKind {
+    pub const ALL: [KeyKind; 3] = [
+        KeyKind::OrganisationService,
+        KeyKind::WorkspaceService,
+        KeyKind::WorkspaceUser,
+    ];
+
+    /// The stored and returned `type`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KeyKind::OrganisationService => "organisation-service",
+            KeyKind::WorkspaceService => "workspace-service",
+            KeyKind::WorkspaceUser => "workspace-user",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<KeyKind> {
+        KeyKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+
+    /// From the path `/api-keys/{type}/{sub-type}`.
+    pub fn from_path(kind: &str, sub_kind: &str) -> Option<KeyKind> {
+        match (kind, sub_kind) {
+            ("organisation", "service") => Some(KeyKind::OrganisationService),
+            ("workspace", "service") => Some(KeyKind::WorkspaceService),
+            ("workspace", "user") => Some(KeyKind::WorkspaceUser),
+            _ => None,
+        }
+    }
+
+    pub fn is_workspace(self) -> bool {
+        self != KeyKind::OrganisationService
+    }
+
+    /// The scope family that governs keys of this kind.
+    fn scope_family(self) -> &'static str {
+        match self {
+            KeyKind::OrganisationService => "organisation_service_api_keys",
+            KeyKind::WorkspaceService => "workspace_service_api_keys",
+            KeyKind::WorkspaceUser => "workspace_user_api_keys",
+        }
+    }
+}
+
+/// What a principal reaches: the whole organisation, or one workspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Access {
+    Organisation {
+        role: OrgRole,
+    },
+    Workspace {
+        workspace_id: String,
+        role: WorkspaceRole,
+    },
+}
+
+/// The authenticated caller of a control-plane request.
+#[derive(Debug, Clone)]
+pub struct Principal {
+    pub organisation_id: String,
+    /// The key that authenticated the request.
+    pub key_id: Option<String>,
+    pub key_kind: Option<KeyKind>,
+    /// The user behind the key: a user key's user, or the user who made a service key.
+    pub user_id: Option<String>,
+    pub access: Access,
+    /// The scopes the key carries; `None` for a caller not limited by scopes.
+    pub scopes: Option<BTreeSet<String>>,
+}
+
+impl Principal {
+    /// The workspace a workspace key is confined to.
+    pub fn workspace_id(&self) -> Option<&str> {
+        match &self.access {
+            Access::Workspace { workspace_id, .. } => Some(workspace_id),
+            Access::Organisation { .. } => None,
+        }
+    }
+
+    pub fn has_scope(&self, scope: &str) -> bool {
+        self.scopes.as_ref().is_none_or(|s| s.contains(scope))
+    }
+
+    /// `user_type` of the audit log: who acted.
+    pub fn user_type(&self) -> &'static str {
+        match self.key_kind {
+            Some(KeyKind::WorkspaceUser) => "user",
+            Some(_) => "api_key",
+            None => "user",
+        }
+    }
+}
+
+/// The resources of the control plane, each governed by a scope family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resource {
+    OrganisationSettings,
+    OrganisationUsers,
+    Workspaces,
+    WorkspaceUsers,
+    AuditLogs,
+    Deployments,
+    OrganisationIntegrations,
+    ApiKeys(KeyKind),
+    WorkspaceIntegrations,
+    Configs,
+    Providers,
+    VirtualKeys,
+    Policies,
+    Prompts,
+    Guardrails,
+    McpServers,
+    Mcp,
+    Completions,
+    Logs,
+    Analytics,
+    Feedback,
+}
+
+impl Resource {
+    /// Resources that only an admin key reaches.
+    pub fn organisation_only(self) -> bool {
+        matches!(
+            self,
+            Resource::OrganisationSettings
+                | Resource::OrganisationUsers
+                | Resource::Workspaces
+                | Resource::WorkspaceUsers
+                | Resource::AuditLogs
+                | Resource::Deployments
+                | Resource::OrganisationIntegrations
+                | Resource::ApiKeys(KeyKind::OrganisationService)
+        )
+    }
+
+    /// The scope family, `None` for resources no scope governs (feedback).
+    fn scope_family(self) -> Option<&'static str> {
+        Some(match self {
+            Resource::OrganisationSettings => "organisation_settings",
+            Resource::OrganisationUsers => "organisation_users",
+            Resource::Workspaces => "workspaces",
+            Resource::WorkspaceUsers => "workspace_users",
+            Resource::AuditLogs => "audit_logs",
+            Resource::Deployments => "deployments",
+            Resource::OrganisationIntegrations => "organisation_integrations",
+            Resource::ApiKeys(kind) => kind.scope_family(),
+            Resource::WorkspaceIntegrations => "workspace_integrations",
+            Resource::Configs => "configs",
+            Resource::Providers => "providers",
+            Resource::VirtualKeys => "virtual_keys",
+            Resource::Policies => "policies",
+            Resource::Prompts => "prompts",
+            Resource::Guardrails => "guardrails",
+            Resource::McpServers => "mcp_servers",
+            Resource::Mcp => "mcp",
+            Resource::Completions => "completions",
+            Resource::Logs => "logs",
+            Resource::Analytics => "analytics",
+            Resource::Feedback => return None,
+        })
+    }
+}
+
+/// What is done to a resource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    Create,
+    Read,
+    Update,
+    Delete,
+    List,
+    View,
+    Export,
+    Write,
+    Invoke,
+}
+
+impl Op {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Create => "create",
+            Op::Read => "read",
+            Op::Update => "update",
+            Op::Delete => "delete",
+            Op::List => "list",
+            Op::View => "view",
+            Op::Export => "export",
+            Op::Write => "write",
+            Op::Invoke => "invoke",
+        }
+    }
+
+    fn reads(self) -> bool {
+        matches!(self, Op::Read | Op::List | Op::View)
+    }
+}
+
+/// One thing a principal asks to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Action<'a> {
+    pub resource: Resource,
+    pub op: Op,
+    /// The user a key belongs to, for actions on one user key (members may read their own).
+    pub owner: Option<&'a str>,
+}
+
+impl<'a> Action<'a> {
+    pub fn new(resource: Resource, op: Op) -> Action<'a> {
+        Action {
+            resource,
+            op,
+            owner: None,
+        }
+    }
+
+    pub fn owned_by(mut self, owner: Option<&'a str>) -> Action<'a> {
+        self.owner = owner;
+        self
+    }
+
+    /// The scope that allows this action, e.g. `workspaces.create`.
+    pub fn scope(&self) -> Option<String> {
+        self.resource
+            .scope_family()
+            .map(|f| format!("{f}.{}", self.op.as_str()))
+    }
+}
+
+/// Why an action was refused (a 403).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denied(pub String);
+
+impl fmt::Display for Denied {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<Denied> for crate::error::AdminError {
+    fn from(d: Denied) -> Self {
+        crate::error::AdminError::forbidden(d.0)
+    }
+}
+
+fn deny(message: impl Into<String>) -> Result<(), Denied> {
+    Err(Denied(message.into()))
+}
+
+/// Decides whether `principal` may do `action` on a resource of `resource_workspace` (`None`
+/// for resources of the organisation itself, or for listings across the organisation).
+pub fn allowed(
+    principal: &Principal,
+    action: &Action<'_>,
+    resource_workspace: Option<&str>,
+) -> Result<(), Denied> {
+    let resource = action.resource;
+    match &principal.access {
+        Access::Organisation { role } => {
+            if *role == OrgRole::Member {
+                return deny("an organisation member has no administrative rights");
+            }
+            if resource == Resource::Feedback && !action.op.reads() {
+                return deny("feedback is written with a workspace key");
+            }
+        }
+        Access::Workspace { workspace_id, role } => {
+            if resource.organisation_only() {
+                return deny(format!(
+                    "{} needs an admin key; a workspace key acts only inside its workspace",
+                    action.scope().unwrap_or_default()
+                ));
+            }
+            match resource_workspace {
+                Some(ws) if ws == workspace_id => {}
+                Some(_) => return deny("this key belongs to another workspace"),
+                None => return deny("a workspace key acts only inside its workspace"),
+            }
+            if let Resource::ApiKeys(_) = resource {
+                let own_key =
+                    action.owner.is_some() && action.owner == principal.user_id.as_deref();
+                let member_reads_own = action.op.reads() && own_key;
+                if !role.manages() && !member_reads_own {
+                    return deny(
+                        "workspace members do not manage API keys; a workspace admin or manager does",
+                    );
+                }
+            }
+        }
+    }
+    if let Some(scope) = action.scope() {
+        if !principal.has_scope(&scope) {
+            return deny(format!("the key lacks the scope {scope}"));
+        }
+    }
+    Ok(())
+}
+
+/// A key may give a new key only scopes it holds itself.
+pub fn may_grant(principal: &Principal, scopes: &BTreeSet<String>) -> Result<(), Denied> {
+    match scopes.iter().find(|s| !principal.has_scope(s)) {
+        Some(s) => deny(format!(
+            "the key cannot grant the scope {s}, which it lacks"
+        )),
+        None => Ok(()),
+    }
+}
+
+/// Scope families and their actions, as the reference names them.
+const SCOPE_FAMILIES: &[(&str, &[&str])] = &[
+    ("organisation_users", CRUDL),
+    ("organisation_service_api_keys", CRUDL),
+    ("organisation_settings", &["read", "update"]),
+    ("audit_logs", &["list"]),
+    ("deployments", CRUDL),
+    ("workspaces", CRUDL),
+    ("workspace_service_api_keys", CRUDL),
+    ("workspace_user_api_keys", CRUDL),
+    ("workspace_users", CRUDL),
+    ("prompts", CRUDL),
+    ("configs", CRUDL),
+    ("guardrails", CRUDL),
+    ("virtual_keys", CRUDL),
+    ("providers", CRUDL),
+    ("policies", CRUDL),
+    ("organisation_integrations", CRUDL),
+    ("workspace_integrations", CRUDL),
+    ("mcp_servers", CRUDL),
+    ("mcp", &["invoke"]),
+    ("completions", &["write"]),
+    ("analytics", &["view"]),
+    ("logs", &["export", "list", "view", "write"]),
+];
+
+const CRUDL: &[&str] = &["create", "read", "update", "delete", "list"];
+
+/// Every scope a key may carry.
+pub fn known_scopes() -> impl Iterator<Item = String> {
+    SCOPE_FAMILIES
+        .iter()
+        .flat_map(|(family, ops)| ops.iter().map(move |op| format!("{family}.{op}")))
+}
+
+/// Scope families only an admin key can use.
+fn organisation_only_family(family: &str) -> bool {
+    matches!(
+        family,
+        "organisation_users"
+            | "organisation_service_api_keys"
+            | "organisation_settings"
+            | "audit_logs"
+            | "deployments"
+            | "workspaces"
+            | "workspace_users"
+            | "organisation_integrations"
+    )
+}
+
+/// The scopes a key of `kind` may carry: all of them for an admin key, the workspace ones for
+/// a workspace key.
+pub fn grantable_scopes(kind: KeyKind) -> BTreeSet<String> {
+    known_scopes()
+        .filter(|s| {
+            !kind.is_workspace() || !organisation_only_family(s.split('.').next().unwrap_or(""))
+        })
+        .collect()
+}
+
+/// Checks requested scopes: each known (the spec's `deployments:create` spelling is read as
+/// `deployments.create`) and usable by a key of `kind`. Returns them normalised and sorted.
+pub fn check_scopes(kind: KeyKind, scopes: &[String]) -> Result<BTreeSet<String>, String> {
+    let known: BTreeSet<String> = known_scopes().collect();
+    let grantable = grantable_scopes(kind);
+    let mut out = BTreeSet::new();
+    for (i, raw) in scopes.iter().enumerate() {
+        let scope = match raw.strip_prefix("deployments:") {
+            Some(op) => format!("deployments.{op}"),
+            None => raw.clone(),
+        };
+        if !known.contains(&scope) {
+            return Err(format!(
+                "scopes[{i}]: unknown scope {raw:?}; scopes are resource.action, e.g. configs.read"
+            ));
+        }
+        if !grantable.contains(&scope) {
+            return Err(format!(
+                "scopes[{i}]: {raw:?} is for admin keys only; a {} key cannot carry it",
+                kind.as_str()
+            ));
+        }
+        out.insert(scope);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const WS: &str = "ws-own";
+    const OTHER: &str = "ws-other";
+    const ME: &str = "user-me";
+    const SOMEONE: &str = "user-else";
+
+    fn org(role: OrgRole) -> Principal {
+        Principal {
+            organisation_id: "org".into(),
+            key_id: Some("k".into()),
+            key_kind: Some(KeyKind::OrganisationService),
+            user_id: Some(ME.into()),
+            access: Access::Organisation { role },
+            scopes: Some(known_scopes().collect()),
+        }
+    }
+
+    fn ws(role: WorkspaceRole) -> Principal {
+        Principal {
+            organisation_id: "org".into(),
+            key_id: Some("k".into()),
+            key_kind: Some(KeyKind::WorkspaceUser),
+            user_id: Some(ME.into()),
+            access: Access::Workspace {
+                workspace_id: WS.into(),
+                role,
+            },
+            scopes: Some(grantable_scopes(KeyKind::WorkspaceUser)),
+        }
+    }
+
+    fn can(p: &Principal, resource: Resource, op: Op, in_ws: Option<&str>) -> bool {
+        allowed(p, &Action::new(resource, op), in_ws).is_ok()
+    }
+
+    /// The spec's "key creation by role" table, every cell.
+    #[test]
+    fn key_creation_by_role() {
+        use KeyKind::*;
+        let owner = org(OrgRole::Owner);
+        let admin = org(OrgRole::Admin);
+        let org_member = org(OrgRole::Member);
+        let manager = ws(WorkspaceRole::Manager);
+        let ws_admin = ws(WorkspaceRole::Admin);
+        let member = ws(WorkspaceRole::Member);
+        let create = |p: &Principal, kind: KeyKind, in_ws: Option<&str>| {
+            can(p, Resource::ApiKeys(kind), Op::Create, in_ws)
+        };
+        // role: (admin key, workspace key in own ws, in another ws)
+        let table: [(&str, &Principal, bool, bool, bool); 6] = [
+            ("organisation owner", &owner, true, true, true),
+            ("organisation admin", &admin, true, true, true),
+            ("organisation member", &org_member, false, false, false),
+            ("workspace admin", &ws_admin, false, true, false),
+            ("workspace manager", &manager, false, true, false),
+            ("workspace member", &member, false, false, false),
+        ];
+        for (role, p, admin_key, own_ws, other_ws) in table {
+            assert_eq!(
+                create(p, OrganisationService, None),
+                admin_key,
+                "{role}: admin key"
+            );
+            for kind in [WorkspaceService, WorkspaceUser] {
+                assert_eq!(create(p, kind, Some(WS)), own_ws, "{role}: {kind:?} own");
+                assert_eq!(
+                    create(p, kind, Some(OTHER)),
+                    other_ws,
+                    "{role}: {kind:?} other"
+                );
+            }
+        }
+    }
+
+    /// The spec's "capabilities by key kind": organisation settings, workspace management and
+    /// user/permission management need an admin key; configs, providers and analytics take
+    /// either (a workspace key only in its workspace); feedback is written with a workspace key.
+    #[test]
+    fn capabilities_by_key_kind() {
+        let admin = org(OrgRole::Admin);
+        let manager = ws(WorkspaceRole::Manager);
+        let member = ws(WorkspaceRole::Member);
+        let admin_only = [
+            (Resource::OrganisationSettings, Op::Read),
+            (Resource::OrganisationSettings, Op::Update),
+            (Resource::Workspaces, Op::Create),
+            (Resource::Workspaces, Op::Read),
+            (Resource::Workspaces, Op::Update),
+            (Resource::Workspaces, Op::Delete),
+            (Resource::Workspaces, Op::List),
+            (Resource::OrganisationUsers, Op::Create),
+            (Resource::OrganisationUsers, Op::List),
+            (Resource::WorkspaceUsers, Op::Update),
+            (Resource::AuditLogs, Op::List),
+            (Resource::Deployments, Op::Create),
+            (Resource::OrganisationIntegrations, Op::Create),
+        ];
+        for (resource, op) in admin_only {
+            assert!(can(&admin, resource, op, None), "admin {resource:?} {op:?}");
+            assert!(
+                can(&admin, resource, op, Some(WS)),
+                "admin {resource:?} {op:?} in a workspace"
+            );
+            for p in [&manager, &member] {
+                assert!(!can(p, resource, op, Some(WS)), "ws {resource:?} {op:?}");
+                assert!(!can(p, resource, op, None), "ws {resource:?} {op:?}");
+            }
+        }
+        let either = [
+            (Resource::Configs, Op::Create),
+            (Resource::Configs, Op::Read),
+            (Resource::Configs, Op::List),
+            (Resource::Providers, Op::Create),
+            (Resource::Providers, Op::Delete),
+            (Resource::Analytics, Op::View),
+            (Resource::Policies, Op::Update),
+            (Resource::VirtualKeys, Op::Create),
+            (Resource::Logs, Op::Export),
+            (Resource::WorkspaceIntegrations, Op::Update),
+        ];
+        for (resource, op) in either {
+            assert!(can(&admin, resource, op, Some(WS)), "{resource:?} {op:?}");
+            assert!(
+                can(&admin, resource, op, Some(OTHER)),
+                "{resource:?} {op:?}"
+            );
+            assert!(can(&admin, resource, op, None), "{resource:?} {op:?}");
+            for p in [&manager, &member] {
+                assert!(can(p, resource, op, Some(WS)), "{resource:?} {op:?}");
+                assert!(!can(p, resource, op, Some(OTHER)), "{resource:?} {op:?}");
+                assert!(!can(p, resource, op, None), "{resource:?} {op:?}");
+            }
+        }
+        for op in [Op::Create, Op::Update] {
+            assert!(!can(&admin, Resource::Feedback, op, Some(WS)));
+            assert!(can(&manager, Resource::Feedback, op, Some(WS)));
+            assert!(can(&member, Resource::Feedback, op, Some(WS)));
+            assert!(!can(&member, Resource::Feedback, op, Some(OTHER)));
+        }
+    }
+
+    #[test]
+    fn members_read_only_their_own_user_keys() {
+        let member = ws(WorkspaceRole::Member);
+        let manager = ws(WorkspaceRole::Manager);
+        let key = Resource::ApiKeys(KeyKind::WorkspaceUser);
+        for op in [Op::Read, Op::List] {
+            let own = Action::new(key, op).owned_by(Some(ME));
+            let other = Action::new(key, op).owned_by(Some(SOMEONE));
+            assert!(allowed(&member, &own, Some(WS)).is_ok());
+            assert!(allowed(&member, &other, Some(WS)).is_err());
+            assert!(allowed(&manager, &other, Some(WS)).is_ok());
+            assert!(allowed(&member, &own, Some(OTHER)).is_err());
+        }
+        for op in [Op::Update, Op::Delete, Op::Create] {
+            let own = Action::new(key, op).owned_by(Some(ME));
+            assert!(allowed(&member, &own, Some(WS)).is_err(), "{op:?}");
+            assert!(allowed(&manager, &own, Some(WS)).is_ok(), "{op:?}");
+        }
+        let service = Action::new(Resource::ApiKeys(KeyKind::WorkspaceService), Op::Read);
+        assert!(allowed(&member, &service, Some(WS)).is_err());
+    }
+
+    #[test]
+    fn scopes_narrow_every_right() {
+        let mut admin = org(OrgRole::Owner);
+        admin.scopes = Some(["workspaces.read".to_owned()].into());
+        assert!(can(&admin, Resource::Workspaces, Op::Read, None));
+        let err = allowed(&admin, &Action::new(Resource::Workspaces, Op::Create), None);
+        assert_eq!(
+            err.unwrap_err().0,
+            "the key lacks the scope workspaces.create"
+        );
+        assert!(!can(
+            &admin,
+            Resource::ApiKeys(KeyKind::OrganisationService),
+            Op::Create,
+            None
+        ));
+        let mut manager = ws(WorkspaceRole::Manager);
+        manager.scopes = Some(BTreeSet::new());
+        assert!(!can(
+            &manager,
+            Resource::ApiKeys(KeyKind::WorkspaceUser),
+            Op::Create,
+            Some(WS)
+        ));
+        // Unscoped callers (none yet) are limited by their role alone.
+        let mut unscoped = ws(WorkspaceRole::Manager);
+        unscoped.scopes = None;
+        assert!(can(&unscoped, Resource::Configs, Op::Delete, Some(WS)));
+        // Feedback has no scope: the role decides.
+        assert!(can(&manager, Resource::Feedback, Op::Create, Some(WS)));
+    }
+
+    #[test]
+    fn a_key_grants_only_scopes_it_holds() {
+        let mut p = org(OrgRole::Admin);
+        p.scopes = Some(["configs.read".to_owned(), "configs.list".to_owned()].into());
+        assert!(may_grant(&p, &["configs.read".to_owned()].into()).is_ok());
+        let err = may_grant(&p, &["configs.delete".to_owned()].into()).unwrap_err();
+        assert!(err.0.contains("configs.delete"), "{err}");
+    }
+
+    #[test]
+    fn scopes_are_checked_against_the_known_set_and_the_key_kind() {
+        let all: Vec<String> = known_scopes().collect();
+        assert!(all.contains(&"logs.export".to_owned()));
+        assert!(all.contains(&"virtual_keys.create".to_owned()));
+        assert!(all.contains(&"mcp.invoke".to_owned()));
+        let got = check_scopes(
+            KeyKind::OrganisationService,
+            &["workspaces.create".into(), "deployments:list".into()],
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            [
+                "deployments.list".to_owned(),
+                "workspaces.create".to_owned()
+            ]
+            .into()
+        );
+        let err = check_scopes(
+            KeyKind::WorkspaceUser,
+            &["configs.read".into(), "nope".into()],
+        )
+        .unwrap_err();
+        assert!(
+            err.starts_with("scopes[1]: unknown scope \"nope\""),
+            "{err}"
+        );
+        let err =
+            check_scopes(KeyKind::WorkspaceService, &["workspaces.create".into()]).unwrap_err();
+        assert!(err.contains("admin keys only"), "{err}");
+        // Every scope an action of this slice asks for is a known one.
+        let known: BTreeSet<String> = known_scopes().collect();
+        let crudl = [Op::Create, Op::Read, Op::Update, Op::Delete, Op::List];
+        let mut actions: Vec<Action> = vec![Action::new(Resource::AuditLogs, Op::List)];
+        for op in crudl {
+            actions.push(Action::new(Resource::Workspaces, op));
+            for kind in KeyKind::ALL {
+                actions.push(Action::new(Resource::ApiKeys(kind), op));
+            }
+        }
+        for a in actions {
+            let scope = a.scope().unwrap();
+            assert!(known.contains(&scope), "{scope}");
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! The audit log: one row per control-plane write, inserted in the write's own transaction.
+
+use serde_json::{json, Map, Value};
+use sqlx::any::AnyRow;
+use sqlx::Row;
+
+use super::{Actor, Store};
+use crate::db::{Sql, Tx};
+use crate::error::Result;
+use crate::time::{self, Timestamp};
+use crate::validate::Page;
+
+/// The request behind a write.
+#[derive(Debug, Clone, Default)]
+pub struct RequestMeta {
+    pub method: String,
+    /// Path and query.
+    pub uri: String,
+    pub request_id: String,
+    pub client_ip: Option<String>,
+    /// The JSON body with its secrets redacted ([`redact`]); `None` without a body.
+    pub body: Option<Value>,
+}
+
+impl RequestMeta {
+    /// Keeps a request body for the audit log, its secrets redacted. A body that is not JSON
+    /// is kept only as its length.
+    pub fn with_body(mut self, body: &[u8]) -> RequestMeta {
+        if body.iter().all(u8::is_ascii_whitespace) {
+            self.body = None;
+        } else {
+            self.body = Some(match serde_json::from_slice::<Value>(body) {
+                Ok(v) => redact(v),
+                Err(_) => json!({"unparsed_bytes": body.len()}),
+            });
+        }
+        self
+    }
+}
+
+/// What a write did.
+#[derive(Debug, Clone)]
+pub struct AuditEntry {
+    pub action: &'static str,
+    pub resource_type: &'static str,
+    pub resource_id: Option<String>,
+    pub workspace_id: Option<String>,
+}
+
+impl AuditEntry {
+    pub fn new(action: &'static str, resource_type: &'static str) -> AuditEntry {
+        AuditEntry {
+            action,
+            resource_type,
+            resource_id: None,
+            workspace_id: None,
+        }
+    }
+
+    pub fn resource(mut self, id: &str) -> AuditEntry {
+        self.resource_id = Some(id.to_owned());
+        self
+    }
+
+    pub fn workspace(mut self, id: Option<&str>) -> AuditEntry {
+        self.workspace_id = id.map(str::to_owned);
+        self
+    }
+}
+
+const REDACTED: &str = "[REDACTED]";
+
+/// Field names whose values are secrets: `key`, `api_key`, `password`, `token`, `secret`,
+/// `authorization`, `*_key` such as `aws_secret_access_key`...
+pub fn is_secret_name(name: &str) -> bool {
+    let n: String = name
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .map(|c| c.to_ascii_lowercase())
+        .collect();
+    n == "key"
+        || n.ends_with("key")
+        || n.contains("apikey")
+        || n.contains("secret")
+        || n.contains("password")
+        || n.contains("passwd")
+        || n.contains("token") && !n.contains("tokens")
+        || n.contains("authorization")
+        || n.contains("credential")
+        || n.contains("privatekey")
+}
+
+/// Replaces every string or number under a secret-like name with `[REDACTED]`, at any depth.
+pub fn redact(value: Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| {
+                    let v = match v {
+                        Value::String(_) | Value::Number(_) if is_secret_name(&k) => {
+                            Value::String(REDACTED.into())
+                        }
+                        other => redact(other),
+                    };
+                    (k, v)
+                })
+                .collect::<Map<_, _>>(),
+        ),
+        Value::Array(items) => Value::Array(items.into_iter().map(redact).collect()),
+        other => other,
+    }
+}
+
+/// Records a successful write (status 200) in the write's transaction.
+pub(crate) async fn insert(tx: &mut Tx, actor: Actor<'_>, entry: &AuditEntry) -> Result<()> {
+    let p = actor.principal;
+    let r = actor.request;
+    sqlx::query(
+        "INSERT INTO audit_logs (id, timestamp, organisation_id, workspace_id, user_id, user_type,
+             api_key_id, action, resource_type, resource_id, method, uri, request_id, request_body,
+             response_status_code, client_ip)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+    )
+    .bind(uuid::Uuid::new_v4().to_string())
+    .bind(time::format(time::now()))
+    .bind(&p.organisation_id)
+    .bind(
+        entry
+            .workspace_id
+            .clone()
+            .or_else(|| p.workspace_id().map(str::to_owned)),
+    )
+    .bind(p.user_id.clone())
+    .bind(p.user_type())
+    .bind(p.key_id.clone())
+    .bind(entry.action)
+    .bind(entry.resource_type)
+    .bind(entry.resource_id.clone())
+    .bind(&r.method)
+    .bind(&r.uri)
+    .bind(&r.request_id)
+    .bind(r.body.as_ref().map(Value::to_string))
+    .bind(200_i64)
+    .bind(r.client_ip.clone())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Records a change made by the gateway itself (the expiry worker), not by a request.
+pub(crate) async fn insert_system(
+    tx: &mut Tx,
+    organisation_id: &str,
+    entry: &AuditEntry,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO audit_logs (id, timestamp, organisation_id, workspace_id, user_type, action,
+             resource_type, resource_id, method, uri, request_id, response_status_code)
+         VALUES ($1, $2, $3, $4, 'system', $5, $6, $7, '', '', $8, 200)",
+    )
+    .bind(uuid::Uuid::new_v4().to_string())
+    .bind(time::format(time::now()))
+    .bind(organisation_id)
+    .bind(entry.workspace_id.clone())
+    .bind(entry.action)
+    .bind(entry.resource_type)
+    .bind(entry.resource_id.clone())
+    .bind(uuid::Uuid::new_v4().to_string())
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+/// Filters of `GET /audit-logs`.
+#[derive(Debug, Clone, Default)]
+pub struct AuditFilter {
+    pub start_time: Option<Timestamp>,
+    pub end_time: Option<Timestamp>,
+    pub method: Option<String>,
+    pub uri: Option<String>,
+    pub user_id: Option<String>,
+    pub user_type: Option<String>,
+    pub workspace_id: Option<String>,
+    pub response_status_code: Option<i64>,
+    pub resource_type: Option<String>,
+    pub action: Option<String>,
+    pub client_ip: Option<String>,
+}
+
+impl Store {
+    /// Audit records of the organisation, newest first, and how many match in all.
+    pub async fn audit_logs(
+        &self,
+        organisation_id: &str,
+        filter: &AuditFilter,
+        page: Page,
+    ) -> Result<(i64, Vec<Value>)> {
+        let mut cond = Sql::new(" WHERE organisation_id = ");
+        cond.text(organisation_id);
+        if let Some(t) = filter.start_time {
+            cond.push(" AND timestamp >= ").text(time::format(t));
+        }
+        if let Some(t) = filter.end_time {
+            cond.push(" AND timestamp <= ").text(time::format(t));
+        }
+        let exact = [
+            ("method", filter.method.as_ref().map(|m| m.to_uppercase())),
+            ("uri", filter.uri.clone()),
+            ("user_id", filter.user_id.clone()),
+            ("user_type", filter.user_type.clone()),
+            ("workspace_id", filter.workspace_id.clone()),
+            ("resource_type", filter.resource_type.clone()),
+            ("action", filter.action.clone()),
+            ("client_ip", filter.client_ip.clone()),
+        ];
+        for (column, value) in exact {
+            if let Some(v) = value {
+                cond.push(&format!(" AND {column} = ")).text(v);
+            }
+        }
+        if let Some(code) = filter.response_status_code {
+            cond.push(" AND response_status_code = ").int(code);
+        }
+        let count_sql = cond.prefixed("SELECT COUNT(*) FROM audit_logs");
+        let mut rows_sql = cond.prefixed("SELECT * FROM audit_logs");
+        rows_sql
+            .push(" ORDER BY timestamp DESC, id DESC LIMIT ")
+            .int(page.size)
+            .push(" OFFSET ")
+            .int(page.offset());
+        let total: i64 = count_sql
+            .query()
+            .fetch_one(self.db.pool())
+            .await?
+            .try_get(0)?;
+        let rows = rows_sql.query().fetch_all(self.db.pool()).await?;
+        let records = rows.iter().map(record).collect::<Result<Vec<_>>>()?;
+        Ok((total, records))
+    }
+}
+
+fn record(r: &AnyRow) -> Result<Value> {
+    let body: Option<String> = r.try_get("request_body")?;
+    Ok(json!({
+        "id": r.try_get::<String, _>("id")?,
+        "timestamp": r.try_get::<String, _>("timestamp")?,
+        "method": r.try_get::<String, _>("method")?,
+        "uri": r.try_get::<String, _>("uri")?,
+        "request_id": r.try_get::<String, _>("request_id")?,
+        "request_body": body.and_then(|b| serde_json::from_str::<Value>(&b).ok()),
+        "user_id": r.try_get::<Option<String>, _>("user_id")?,
+        "user_type": r.try_get::<String, _>("user_type")?,
+        "api_key_id": r.try_get::<Option<String>, _>("api_key_id")?,
+        "organisation_id": r.try_get::<String, _>("organisation_id")?,
+        "workspace_id": r.try_get::<Option<String>, _>("workspace_id")?,
+        "response_status_code": r.try_get::<i64, _>("response_status_code")?,
+        "resource_type": r.try_get::<String, _>("resource_type")?,
+        "resource_id": r.try_get::<Option<String>, _>("resource_id")?,
+        "action": r.try_get::<String, _>("action")?,
+        "client_ip": r.try_get::<Option<String>, _>("client_ip")?,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_redacted_at_any_depth() {
+        let body = json!({
+            "name": "k",
+            "key": "sk-1",
+            "api_key": "sk-2",
+            "nested": {"aws_secret_access_key": "x", "password": "p", "list": [{"token": "t"}]},
+            "usage_limits": {"type": "tokens", "credit_limit": 5},
+            "max_tokens": 10,
+            "scopes": ["configs.read"],
+        });
+        let got = redact(body);
+        assert_eq!(
+            got,
+            json!({
+                "name": "k",
+                "key": REDACTED,
+                "api_key": REDACTED,
+                "nested": {"aws_secret_access_key": REDACTED, "password": REDACTED, "list": [{"token": REDACTED}]},
+                "usage_limits": {"type": "tokens", "credit_limit": 5},
+                "max_tokens": 10,
+                "scopes": ["configs.read"],
+            })
+        );
+        let meta = RequestMeta::default().with_body(b"not json");
+        assert_eq!(meta.body, Some(json!({"unparsed_bytes": 8})));
+    }
+}

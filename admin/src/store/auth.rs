@@ -1,0 +1,132 @@
+//! Authentication: a raw key from `x-gw-api-key` to the principal behind it.
+
+use std::collections::BTreeSet;
+
+use sqlx::Row;
+
+use super::Store;
+use crate::authz::{Access, KeyKind, OrgRole, Principal, WorkspaceRole};
+use crate::error::{AdminError, Result};
+use crate::{keys, time};
+
+impl Store {
+    /// The principal of a raw key: 401 for an unknown, deleted or expired key (expired by its
+    /// `expires_at` even before the expiry worker has marked it), or a user key whose user has
+    /// left its workspace. A rotated key still works until its transition period ends.
+    pub async fn authenticate(&self, raw_key: &str) -> Result<Principal> {
+        let unknown = || AdminError::unauthorized("invalid API key");
+        if raw_key.is_empty() || raw_key.len() > 512 {
+            return Err(unknown());
+        }
+        let hash = keys::hash(raw_key);
+        let now = time::format(time::now());
+        let row = sqlx::query(
+            "SELECT id, organisation_id, workspace_id, user_id, created_by_user_id, type, status,
+                    scopes, expires_at
+             FROM api_keys
+             WHERE key_hash = $1 OR (previous_key_hash = $1 AND previous_key_expires_at > $2)",
+        )
+        .bind(&hash)
+        .bind(&now)
+        .fetch_optional(self.db.pool())
+        .await?
+        .ok_or_else(unknown)?;
+        let status: String = row.try_get("status")?;
+        let expires_at: Option<String> = row.try_get("expires_at")?;
+        if status == "expired" || expires_at.is_some_and(|t| t <= now) {
+            return Err(AdminError::unauthorized("the API key has expired"));
+        }
+        let kind_text: String = row.try_get("type")?;
+        let kind = KeyKind::parse(&kind_text)
+            .ok_or_else(|| super::bad_column("api_keys.type", &kind_text))?;
+        let key_id: String = row.try_get("id")?;
+        let organisation_id: String = row.try_get("organisation_id")?;
+        let workspace_id: Option<String> = row.try_get("workspace_id")?;
+        let key_user: Option<String> = row.try_get("user_id")?;
+        let created_by: Option<String> = row.try_get("created_by_user_id")?;
+        let scopes: BTreeSet<String> =
+            super::from_text("api_keys.scopes", &row.try_get::<String, _>("scopes")?)?;
+
+        let workspace = || {
+            workspace_id
+                .clone()
+                .ok_or_else(|| super::bad_column("api_keys.workspace_id", "null"))
+        };
+        let (access, user_id) = match kind {
+            KeyKind::OrganisationService => (
+                Access::Organisation {
+                    role: OrgRole::Admin,
+                },
+                created_by,
+            ),
+            KeyKind::WorkspaceService => (
+                Access::Workspace {
+                    workspace_id: workspace()?,
+                    role: WorkspaceRole::Manager,
+                },
+                created_by,
+            ),
+            KeyKind::WorkspaceUser => {
+                let user_id =
+                    key_user.ok_or_else(|| super::bad_column("api_keys.user_id", "null"))?;
+                let ws = workspace()?;
+                let role = self
+                    .workspace_role_of(&organisation_id, &ws, &user_id)
+                    .await?
+                    .ok_or_else(|| {
+                        AdminError::unauthorized(
+                            "the API key's user is no longer a member of its workspace",
+                        )
+                    })?;
+                (
+                    Access::Workspace {
+                        workspace_id: ws,
+                        role,
+                    },
+                    Some(user_id),
+                )
+            }
+        };
+        Ok(Principal {
+            organisation_id,
+            key_id: Some(key_id),
+            key_kind: Some(kind),
+            user_id,
+            access,
+            scopes: Some(scopes),
+        })
+    }
+
+    /// A user's role in a workspace: organisation owners and admins are workspace admins
+    /// everywhere; others have the role of their membership, or none.
+    pub async fn workspace_role_of(
+        &self,
+        organisation_id: &str,
+        workspace_id: &str,
+        user_id: &str,
+    ) -> Result<Option<WorkspaceRole>> {
+        let row = sqlx::query(
+            "SELECT u.role AS org_role, m.role AS ws_role
+             FROM users u
+             LEFT JOIN workspace_members m ON m.user_id = u.id AND m.workspace_id = $1
+             WHERE u.id = $2 AND u.organisation_id = $3",
+        )
+        .bind(workspace_id)
+        .bind(user_id)
+        .bind(organisation_id)
+        .fetch_optional(self.db.pool())
+        .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let org_role: String = row.try_get("org_role")?;
+        if matches!(
+            OrgRole::parse(&org_role),
+            Some(OrgRole::Owner | OrgRole::Admin)
+        ) {
+            return Ok(Some(WorkspaceRole::Admin));
+        }
+        let ws_role: Option<String> = row.try_get("ws_role")?;
+        Ok(ws_role.as_deref().and_then(WorkspaceRole::parse))
+    }
+}

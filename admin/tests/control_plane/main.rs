@@ -1,0 +1,10 @@
+//! The control plane's tests. Each runs on SQLite, and again on PostgreSQL when
+//! `GW_TEST_POSTGRES_URL` is set (each test in a schema of its own, dropped at the end).
+
+mod common;
+
+mod api_keys;
+mod audit;
+mod authorisation;
+mod bootstrap;
+mod workspaces;

@@ -1,0 +1,321 @@
+//! The control plane through the real gateway: served on the gateway's listener beside the
+//! provider routes, bounded bodies, a database per gateway, and `gateway bootstrap`.
+
+use std::process::Command;
+
+use serde_json::{json, Value};
+
+use gateway::config::{GatewayConfig, Overrides, Secret};
+use gateway::server::{free_local_addr, Gateway};
+
+use crate::common::{hello, Env, TempDir, ADMIN_KEY};
+
+impl Env {
+    /// A control-plane call with `key`; returns the status and JSON body.
+    async fn admin_call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        key: Option<&str>,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut req = self.client.request(method, self.url(path));
+        if let Some(key) = key {
+            req = req.header("x-gw-api-key", key);
+        }
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        let resp = req.send().await.expect("the gateway answers");
+        let status = resp.status().as_u16();
+        assert_eq!(resp.headers()["content-type"], "application/json", "{path}");
+        (status, resp.json().await.expect("a JSON body"))
+    }
+}
+
+fn code(body: &Value) -> &str {
+    body["data"]["errorCode"].as_str().unwrap_or_default()
+}
+
+#[tokio::test]
+async fn the_control_plane_is_served_beside_the_provider_routes() {
+    use reqwest::Method;
+    let env = Env::start().await;
+    let (status, ws) = env
+        .admin_call(
+            Method::POST,
+            "/v1/admin/workspaces",
+            Some(ADMIN_KEY),
+            Some(json!({"name": "Over HTTP"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{ws}");
+    let (status, created) = env
+        .admin_call(
+            Method::POST,
+            "/v1/api-keys/workspace/service",
+            Some(ADMIN_KEY),
+            Some(json!({"name": "k", "workspace_id": ws["id"], "scopes": ["workspace_service_api_keys.list"]})),
+        )
+        .await;
+    assert_eq!(status, 200, "{created}");
+    let key = created["key"].as_str().unwrap();
+    let (status, list) = env
+        .admin_call(Method::GET, "/v1/api-keys", Some(key), None)
+        .await;
+    assert_eq!((status, &list["total"]), (200, &json!(1)), "{list}");
+
+    let (status, body) = env
+        .admin_call(Method::GET, "/v1/api-keys", None, None)
+        .await;
+    assert_eq!((status, code(&body)), (401, "AB05"), "{body}");
+    let (status, body) = env
+        .admin_call(Method::GET, "/v1/admin/workspaces", Some(key), None)
+        .await;
+    assert_eq!((status, code(&body)), (403, "AB03"), "{body}");
+    let (status, body) = env
+        .admin_call(Method::PATCH, "/v1/api-keys", Some(ADMIN_KEY), None)
+        .await;
+    assert_eq!(status, 405, "{body}");
+    // A control-plane path of a later version: the control plane's 404, not a provider's.
+    let (status, body) = env
+        .admin_call(Method::GET, "/v1/configs", Some(ADMIN_KEY), None)
+        .await;
+    assert_eq!((status, code(&body)), (404, "AB08"), "{body}");
+
+    // The audit log has the client's address.
+    let (status, log) = env
+        .admin_call(
+            Method::GET,
+            "/v1/audit-logs?start_time=2000-01-01T00:00:00Z&end_time=2999-01-01T00:00:00Z&method=POST",
+            Some(ADMIN_KEY),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{log}");
+    assert_eq!(log["total"], 2, "{log}");
+    assert_eq!(log["records"][0]["client_ip"], "127.0.0.1");
+
+    // Provider routes are untouched.
+    let resp = env.chat(hello("still here")).await;
+    assert_eq!(resp.status(), 200);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(
+        body["choices"][0]["message"]["content"],
+        "mock reply to: still here"
+    );
+}
+
+#[tokio::test]
+async fn a_body_over_one_mebibyte_is_refused() {
+    let env = Env::start().await;
+    let big = "x".repeat(admin::MAX_BODY_BYTES + 1);
+    let resp = env
+        .client
+        .post(env.url("/v1/admin/workspaces"))
+        .header("x-gw-api-key", ADMIN_KEY)
+        .header("content-type", "application/json")
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 413);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["success"], false);
+    assert_eq!(code(&body), "AB01", "{body}");
+}
+
+#[tokio::test]
+async fn each_gateway_has_a_database_of_its_own() {
+    use reqwest::Method;
+    let one = Env::start().await;
+    let two = Env::start().await;
+    assert_ne!(one.db.0, two.db.0);
+    let (status, created) = one
+        .admin_call(
+            Method::POST,
+            "/v1/api-keys/organisation/service",
+            Some(ADMIN_KEY),
+            Some(json!({"name": "only here", "scopes": ["workspaces.list"]})),
+        )
+        .await;
+    assert_eq!(status, 200, "{created}");
+    let key = created["key"].as_str().unwrap();
+    let (status, _) = one
+        .admin_call(Method::GET, "/v1/admin/workspaces", Some(key), None)
+        .await;
+    assert_eq!(status, 200);
+    let (status, _) = two
+        .admin_call(Method::GET, "/v1/admin/workspaces", Some(key), None)
+        .await;
+    assert_eq!(status, 401);
+}
+
+/// A gateway config whose control plane uses `db`.
+fn config_on(db: &TempDir, key: Option<&str>) -> GatewayConfig {
+    let overrides = Overrides {
+        database_url: Some(db.sqlite_url()),
+        bootstrap_admin_key: key.map(|k| Secret(k.into())),
+        ..Overrides::default()
+    };
+    GatewayConfig::from_yaml(
+        &format!("listen: {}\nthreads: 1\n", free_local_addr()),
+        &overrides,
+    )
+    .expect("a valid config")
+}
+
+#[tokio::test]
+async fn a_generated_admin_key_is_handed_out_once() {
+    let db = TempDir::new("cp-generated");
+    let mut first = Gateway::new(config_on(&db, None)).expect("starts");
+    let key = first
+        .control_plane
+        .take_generated_key()
+        .expect("a first start generates a key");
+    assert_eq!(first.control_plane.take_generated_key(), None);
+    drop(first);
+    let mut again = Gateway::new(config_on(&db, None)).expect("restarts");
+    assert_eq!(again.control_plane.take_generated_key(), None);
+    let principal = again.control_plane.store().authenticate(&key).await;
+    assert!(principal.is_ok(), "the generated key works after a restart");
+    // A bad database URL stops the start with a message naming the setting.
+    std::fs::write(db.0.join("a-file"), "").unwrap();
+    let mut bad = config_on(&db, None);
+    bad.database_url = format!("sqlite://{}/a-file/x.db", db.0.display());
+    let err = Gateway::new(bad).err().expect("refused");
+    assert_eq!(err.0[0].path, "database_url", "{err}");
+}
+
+fn run_bootstrap(config: &std::path::Path, db: &TempDir, key: Option<&str>) -> (bool, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gateway"));
+    cmd.args(["bootstrap", "--config"])
+        .arg(config)
+        .arg("--database-url")
+        .arg(db.sqlite_url())
+        .env_remove("GW_BOOTSTRAP_ADMIN_KEY")
+        .env_remove("GW_DATABASE_URL");
+    if let Some(key) = key {
+        cmd.env("GW_BOOTSTRAP_ADMIN_KEY", key);
+    }
+    let out = cmd.output().expect("run gateway bootstrap");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr),
+    )
+}
+
+#[tokio::test]
+async fn the_bootstrap_command_runs_once() {
+    let dir = TempDir::new("cp-bootstrap");
+    let config = dir.0.join("gateway.yaml");
+    std::fs::write(&config, "listen: 127.0.0.1:9\n").unwrap();
+
+    let db = TempDir::new("cp-bootstrap-db");
+    let (ok, out) = run_bootstrap(&config, &db, None);
+    assert!(ok, "{out}");
+    let key = out
+        .lines()
+        .map(str::trim)
+        .find(|l| l.len() == 43 && !l.contains(' '))
+        .unwrap_or_else(|| panic!("no key in {out}"))
+        .to_owned();
+    let (ok, again) = run_bootstrap(&config, &db, None);
+    assert!(ok, "{again}");
+    assert!(again.contains("Already bootstrapped"), "{again}");
+    assert!(!again.contains(&key));
+    let gw = Gateway::new(config_on(&db, None)).expect("starts on the bootstrapped database");
+    assert!(gw.control_plane.store().authenticate(&key).await.is_ok());
+
+    // A supplied key is used and not printed; a short one is refused.
+    let db = TempDir::new("cp-bootstrap-supplied");
+    let (ok, out) = run_bootstrap(&config, &db, Some("short"));
+    assert!(!ok, "{out}");
+    assert!(out.contains("at least 16 characters"), "{out}");
+    let supplied = "a-supplied-admin-key-0123";
+    let (ok, out) = run_bootstrap(&config, &db, Some(supplied));
+    assert!(ok, "{out}");
+    assert!(
+        out.contains("GW_BOOTSTRAP_ADMIN_KEY") && !out.contains(supplied),
+        "{out}"
+    );
+    let gw = Gateway::new(config_on(&db, None)).expect("starts");
+    assert!(gw
+        .control_plane
+        .store()
+        .authenticate(supplied)
+        .await
+        .is_ok());
+}
+
+/// The same over HTTP with PostgreSQL (`GW_TEST_POSTGRES_URL`, in a schema of its own): the
+/// pool lives on the control plane's runtime while Pingora's runtimes serve the requests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_control_plane_runs_on_postgres() {
+    use sqlx::Connection;
+    let Some(server) = std::env::var("GW_TEST_POSTGRES_URL")
+        .ok()
+        .filter(|s| !s.is_empty())
+    else {
+        eprintln!("the_control_plane_runs_on_postgres: skipped (GW_TEST_POSTGRES_URL is unset)");
+        return;
+    };
+    sqlx::any::install_default_drivers();
+    let schema = format!("gwtest_gateway_{}", std::process::id());
+    let run = |sql: String| {
+        let server = server.clone();
+        async move {
+            let mut conn = sqlx::AnyConnection::connect(&server)
+                .await
+                .unwrap_or_else(|e| panic!("GW_TEST_POSTGRES_URL is set but unreachable: {e}"));
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .execute(&mut conn)
+                .await
+                .expect("schema statement");
+            conn.close().await.ok();
+        }
+    };
+    run(format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await;
+    run(format!("CREATE SCHEMA {schema}")).await;
+    let sep = if server.contains('?') { '&' } else { '?' };
+    let overrides = Overrides {
+        database_url: Some(format!("{server}{sep}options=-c%20search_path%3D{schema}")),
+        bootstrap_admin_key: Some(Secret(ADMIN_KEY.into())),
+        ..Overrides::default()
+    };
+    let config = GatewayConfig::from_yaml(
+        &format!("listen: {}\nthreads: 2\n", free_local_addr()),
+        &overrides,
+    )
+    .unwrap();
+    let gw = Gateway::new(config).expect("starts on PostgreSQL");
+    let running = tokio::task::spawn_blocking(move || gateway::server::spawn(gw))
+        .await
+        .unwrap();
+    let client = reqwest::Client::new();
+    let mut ids = Vec::new();
+    for i in 0..5 {
+        let resp = client
+            .post(format!("{}/v1/admin/workspaces", running.url()))
+            .header("x-gw-api-key", ADMIN_KEY)
+            .json(&json!({"name": format!("pg {i}")}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let body: Value = resp.json().await.unwrap();
+        ids.push(body["id"].as_str().unwrap().to_owned());
+    }
+    let list: Value = client
+        .get(format!("{}/v1/admin/workspaces", running.url()))
+        .header("x-gw-api-key", ADMIN_KEY)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(list["total"], 6, "{list}");
+    drop(running);
+    run(format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await;
+}
