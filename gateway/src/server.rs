@@ -3,6 +3,7 @@
 //! Shutdown: Ctrl-C (SIGINT) and SIGTERM both start a graceful stop. The listener stops
 //! accepting, idle keep-alive connections close, and in-flight requests and open streams run
 //! on for up to `shutdown.drain_timeout_secs`; the process exits as soon as none is left.
+//! SIGHUP reloads what plugins loaded at start (wasm guardrail components) without a restart.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -202,6 +203,7 @@ impl ShutdownSignalWatch for DrainOnSignal {
 pub fn run_until_signal(gw: Arc<Gateway>, on_drained: impl FnOnce() + Send + 'static) {
     let started = Arc::new(AtomicBool::new(false));
     let server = build_server(gw.clone());
+    let gw_for_reload = gw.clone();
     let watch_started = started.clone();
     std::thread::Builder::new()
         .name("drain-watch".into())
@@ -219,9 +221,56 @@ pub fn run_until_signal(gw: Arc<Gateway>, on_drained: impl FnOnce() + Send + 'st
             std::process::exit(0);
         })
         .expect("spawn the drain watcher");
+    watch_reload(gw_for_reload);
     server.run(RunArgs {
         shutdown_signal: Box::new(DrainOnSignal { started }),
     });
+}
+
+/// SIGHUP asks every plugin to reload what it loaded at start (wasm components...); a plugin
+/// whose reload fails keeps what it had, and says why in the log. The handler is installed
+/// before this returns, so a SIGHUP sent once the gateway listens never kills it.
+fn watch_reload(gw: Arc<Gateway>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::warn!(error = %e, "no SIGHUP reload: cannot start its runtime");
+            return;
+        }
+    };
+    let hangup = {
+        let _entered = runtime.enter();
+        signal(SignalKind::hangup())
+    };
+    let mut hangup = match hangup {
+        Ok(h) => h,
+        Err(e) => {
+            tracing::warn!(error = %e, "no SIGHUP reload: cannot watch the signal");
+            return;
+        }
+    };
+    let spawned = std::thread::Builder::new()
+        .name("reload-watch".into())
+        .spawn(move || {
+            runtime.block_on(async move {
+                while hangup.recv().await.is_some() {
+                    let failures = gw.pipeline.reload();
+                    if failures.is_empty() {
+                        tracing::info!("SIGHUP: pipeline reloaded");
+                    }
+                    for failure in failures {
+                        tracing::warn!(%failure, "SIGHUP: reload failed; the previous version stays");
+                    }
+                }
+            });
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "no SIGHUP reload: cannot start its thread");
+    }
 }
 
 /// Stops a gateway started by [`spawn`].

@@ -107,4 +107,11 @@ pub trait Plugin: Send + Sync + 'static {
 
     /// Runs last for every request, in reverse pipeline order. Default: nothing.
     fn on_log(&self, _cx: &RequestCx) {}
+
+    /// Runs when the operator asks the running gateway to reload (SIGHUP): a plugin that loads
+    /// files at start (a wasm component...) loads them again. On an error the plugin keeps what
+    /// it had. Not a request phase. Default: nothing to reload.
+    fn reload(&self) -> Result<(), String> {
+        Ok(())
+    }
 }

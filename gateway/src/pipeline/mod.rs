@@ -39,6 +39,15 @@ impl Pipeline {
         }
     }
 
+    /// Asks every plugin to reload what it loaded at start; returns the failures (each plugin
+    /// that fails keeps what it had).
+    pub fn reload(&self) -> Vec<String> {
+        self.plugins
+            .iter()
+            .filter_map(|p| p.reload().err().map(|e| format!("{}: {e}", p.kind())))
+            .collect()
+    }
+
     /// The kinds of the plugins, in order.
     pub fn kinds(&self) -> Vec<&'static str> {
         self.plugins.iter().map(|p| p.kind()).collect()

@@ -108,3 +108,96 @@ async fn sigint_drains_an_open_stream_then_exits() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_plugins_and_keeps_the_old_version_when_reload_fails() {
+    let mock = mock_provider::MockProvider::start().await;
+    let listen = gateway::server::free_local_addr();
+    let dir = std::env::temp_dir().join(format!("gw-reload-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap();
+    let component = dir.join("guardrail.wat");
+    std::fs::copy(root.join("plugins/guardrails/wat/scripted.wat"), &component).unwrap();
+    let config = dir.join("gateway.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen: {listen}\nthreads: 1\nlog: info\ndatabase_url: \"sqlite://{db}\"\nproviders:\n  - {{slug: mock, provider: openai, api_key: k, custom_host: \"{base}\"}}\npipeline:\n  - kind: provider_select\n  - kind: wasm_guardrail\n    id: reloadable\n    path: {path}\n    config: allow\n",
+            db = dir.join("gateway.db").display(),
+            base = mock.base_url(),
+            path = component.display(),
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gateway"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the gateway binary");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while std::net::TcpStream::connect(listen).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the binary did not start listening"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (lines_tx, lines_rx) = std::sync::mpsc::channel::<String>();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = lines_tx.send(line);
+        }
+    });
+    let wait_for = |needle: &str| {
+        let until = Instant::now() + Duration::from_secs(10);
+        while let Some(left) = until.checked_duration_since(Instant::now()) {
+            match lines_rx.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        panic!("no log line with {needle:?}");
+    };
+    let hup = |pid: u32| {
+        let status = Command::new("kill")
+            .args(["-HUP", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    let client = reqwest::Client::new();
+    let ask = || {
+        client
+            .post(format!("http://{listen}/v1/chat/completions"))
+            .header("x-gw-provider", "@mock")
+            .json(&hello("still here?"))
+            .send()
+    };
+
+    hup(child.id());
+    wait_for("SIGHUP: pipeline reloaded");
+    assert_eq!(ask().await.unwrap().status(), 200);
+
+    // A component that is gone cannot be reloaded: the loaded one keeps serving.
+    std::fs::remove_file(&component).unwrap();
+    hup(child.id());
+    let line = wait_for("SIGHUP: reload failed");
+    assert!(line.contains("reloadable"), "{line}");
+    assert_eq!(ask().await.unwrap().status(), 200);
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "SIGHUP must not stop the gateway"
+    );
+
+    let _ = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}

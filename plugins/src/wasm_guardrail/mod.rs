@@ -579,6 +579,12 @@ impl Plugin for WasmGuardrail {
         WasmGuardrailFactory::KIND
     }
 
+    /// Loads the component from its path again; requests already running keep the old one.
+    fn reload(&self) -> Result<(), String> {
+        WasmGuardrail::reload(self)
+            .map_err(|e| format!("{} ({}): {}", self.config.id, e.path, e.message))
+    }
+
     /// Checks the chat request (side `input`); may refuse it or rewrite its messages.
     async fn on_request(&self, cx: &mut RequestCx) -> Result<Flow, GatewayError> {
         if !self.config.side.input() || cx.route != Route::ChatCompletions {
