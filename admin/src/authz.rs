@@ -11,6 +11,11 @@
 //!   keys in any workspace, workspace admins and managers create workspace keys in their
 //!   workspace only, members create none (they may read their own user keys);
 //! - feedback is written with a workspace key only;
+//! - workspace admins and managers manage the members of their own workspace (a manager
+//!   neither grants nor takes away the workspace admin role: [`may_set_workspace_role`]);
+//!   members do not;
+//! - managers and members see and write prompts and see analytics as the organisation's
+//!   settings, overridden per workspace, say ([`allowed_with_settings`]);
 //! - scopes narrow all of this: a key does only what its scopes name.
 
 use std::collections::BTreeSet;
@@ -213,11 +218,21 @@ impl Resource {
             Resource::OrganisationSettings
                 | Resource::OrganisationUsers
                 | Resource::Workspaces
-                | Resource::WorkspaceUsers
                 | Resource::AuditLogs
                 | Resource::Deployments
                 | Resource::OrganisationIntegrations
                 | Resource::ApiKeys(KeyKind::OrganisationService)
+        )
+    }
+
+    /// Resources a workspace member (a user key of a member) may read and use but not change.
+    pub fn members_read_only(self) -> bool {
+        matches!(
+            self,
+            Resource::Configs
+                | Resource::Providers
+                | Resource::VirtualKeys
+                | Resource::WorkspaceIntegrations
         )
     }
 
@@ -363,6 +378,20 @@ pub fn allowed(
                 Some(_) => return deny("this key belongs to another workspace"),
                 None => return deny("a workspace key acts only inside its workspace"),
             }
+            // Workspace members use configs, providers and integrations; admins and managers
+            // change them.
+            if resource.members_read_only() && !role.manages() && !action.op.reads() {
+                return deny(format!(
+                    "workspace members read {} but do not change them; a workspace admin or manager does",
+                    resource.scope_family().unwrap_or_default()
+                ));
+            }
+            // Workspace admins and managers manage the members of their workspace.
+            if resource == Resource::WorkspaceUsers && !role.manages() {
+                return deny(
+                    "workspace members do not manage members; a workspace admin or manager does",
+                );
+            }
             if let Resource::ApiKeys(_) = resource {
                 let own_key =
                     action.owner.is_some() && action.owner == principal.user_id.as_deref();
@@ -383,6 +412,37 @@ pub fn allowed(
     Ok(())
 }
 
+/// Integrations. A workspace integration (`integration_workspace` is its workspace) is a
+/// workspace resource: `workspace_integrations.*` in that workspace. An organisation integration
+/// (`None`) is the admin key's (`organisation_integrations.*`), except that a workspace key may
+/// read one enabled for its workspace (`shared_with_caller`), under `workspace_integrations.read`.
+pub fn integration_allowed(
+    principal: &Principal,
+    op: Op,
+    integration_workspace: Option<&str>,
+    shared_with_caller: bool,
+) -> Result<(), Denied> {
+    match (integration_workspace, &principal.access) {
+        (Some(ws), _) => allowed(
+            principal,
+            &Action::new(Resource::WorkspaceIntegrations, op),
+            Some(ws),
+        ),
+        (None, Access::Workspace { workspace_id, .. }) if op.reads() && shared_with_caller => {
+            allowed(
+                principal,
+                &Action::new(Resource::WorkspaceIntegrations, op),
+                Some(workspace_id),
+            )
+        }
+        (None, _) => allowed(
+            principal,
+            &Action::new(Resource::OrganisationIntegrations, op),
+            None,
+        ),
+    }
+}
+
 /// A key may give a new key only scopes it holds itself.
 pub fn may_grant(principal: &Principal, scopes: &BTreeSet<String>) -> Result<(), Denied> {
     match scopes.iter().find(|s| !principal.has_scope(s)) {
@@ -390,6 +450,115 @@ pub fn may_grant(principal: &Principal, scopes: &BTreeSet<String>) -> Result<(),
             "the key cannot grant the scope {s}, which it lacks"
         )),
         None => Ok(()),
+    }
+}
+
+/// Whether the caller may give a workspace member the role `new` (`None`: remove them) when
+/// they now have `current` (`None`: not a member yet). Only organisation admins (admin keys)
+/// and workspace admins grant, change or take away the workspace admin role; a manager manages
+/// managers and members.
+pub fn may_set_workspace_role(
+    principal: &Principal,
+    current: Option<WorkspaceRole>,
+    new: Option<WorkspaceRole>,
+) -> Result<(), Denied> {
+    let caller = match &principal.access {
+        Access::Organisation { .. } => return Ok(()),
+        Access::Workspace { role, .. } => *role,
+    };
+    if caller == WorkspaceRole::Admin {
+        return Ok(());
+    }
+    if current == Some(WorkspaceRole::Admin) {
+        return deny(
+            "only an organisation or workspace admin changes or removes a workspace admin",
+        );
+    }
+    if new == Some(WorkspaceRole::Admin) {
+        return deny("only an organisation or workspace admin grants the workspace admin role");
+    }
+    Ok(())
+}
+
+/// Prompt and analytics access of workspace managers and members (the spec's settings, with
+/// its defaults); owners and admins always have access. Writing prompts includes seeing them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct AccessSettings {
+    #[serde(rename = "membersViewPrompts")]
+    pub members_view_prompts: bool,
+    #[serde(rename = "membersWritePrompts")]
+    pub members_write_prompts: bool,
+    #[serde(rename = "managersViewPrompts")]
+    pub managers_view_prompts: bool,
+    #[serde(rename = "managersWritePrompts")]
+    pub managers_write_prompts: bool,
+    #[serde(rename = "membersViewAnalytics")]
+    pub members_view_analytics: bool,
+    #[serde(rename = "managersViewAnalytics")]
+    pub managers_view_analytics: bool,
+}
+
+impl Default for AccessSettings {
+    fn default() -> Self {
+        AccessSettings {
+            members_view_prompts: true,
+            members_write_prompts: false,
+            managers_view_prompts: true,
+            managers_write_prompts: true,
+            members_view_analytics: true,
+            managers_view_analytics: true,
+        }
+    }
+}
+
+/// [`allowed`], then the access settings in force in the resource's workspace: for prompts
+/// and analytics, a workspace manager or member (a workspace key) needs the setting of their
+/// role. Admin keys and workspace admins are not limited by them.
+pub fn allowed_with_settings(
+    principal: &Principal,
+    action: &Action<'_>,
+    resource_workspace: Option<&str>,
+    settings: &AccessSettings,
+) -> Result<(), Denied> {
+    allowed(principal, action, resource_workspace)?;
+    let role = match &principal.access {
+        Access::Organisation { .. } => return Ok(()),
+        Access::Workspace { role, .. } => *role,
+    };
+    let s = settings;
+    let (view, write, what) = match (action.resource, role) {
+        (_, WorkspaceRole::Admin) => return Ok(()),
+        (Resource::Prompts, WorkspaceRole::Manager) => {
+            (s.managers_view_prompts, s.managers_write_prompts, "prompts")
+        }
+        (Resource::Prompts, WorkspaceRole::Member) => {
+            (s.members_view_prompts, s.members_write_prompts, "prompts")
+        }
+        (Resource::Analytics, WorkspaceRole::Manager) => {
+            (s.managers_view_analytics, false, "analytics")
+        }
+        (Resource::Analytics, WorkspaceRole::Member) => {
+            (s.members_view_analytics, false, "analytics")
+        }
+        _ => return Ok(()),
+    };
+    let who = match role {
+        WorkspaceRole::Manager => "managers",
+        _ => "members",
+    };
+    let ok = if action.op.reads() {
+        view || write
+    } else {
+        write
+    };
+    if ok {
+        Ok(())
+    } else {
+        let verb = if action.op.reads() { "see" } else { "write" };
+        deny(format!(
+            "the workspace's settings do not let {who} {verb} {what}"
+        ))
     }
 }
 
@@ -438,7 +607,6 @@ fn organisation_only_family(family: &str) -> bool {
             | "audit_logs"
             | "deployments"
             | "workspaces"
-            | "workspace_users"
             | "organisation_integrations"
     )
 }
@@ -518,6 +686,62 @@ mod tests {
         allowed(p, &Action::new(resource, op), in_ws).is_ok()
     }
 
+    /// `policies.{create,read,update,delete,list}` (rate and usage limits policies), every
+    /// role-by-action cell: an admin key in any workspace and across the organisation; a
+    /// workspace key, whatever its role, in its own workspace only; an organisation member
+    /// nowhere. Scopes narrow each cell to the actions they name.
+    #[test]
+    fn policies_by_role() {
+        let ops = [Op::Create, Op::Read, Op::Update, Op::Delete, Op::List];
+        // role: [in its own workspace, in another, across the organisation]
+        let table = [
+            ("org owner", org(OrgRole::Owner), [true, true, true]),
+            ("org admin", org(OrgRole::Admin), [true, true, true]),
+            ("org member", org(OrgRole::Member), [false, false, false]),
+            ("ws admin", ws(WorkspaceRole::Admin), [true, false, false]),
+            (
+                "ws manager",
+                ws(WorkspaceRole::Manager),
+                [true, false, false],
+            ),
+            ("ws member", ws(WorkspaceRole::Member), [true, false, false]),
+        ];
+        for (role, p, want) in &table {
+            for op in ops {
+                for (in_ws, want) in [Some(WS), Some(OTHER), None].into_iter().zip(want) {
+                    assert_eq!(
+                        can(p, Resource::Policies, op, in_ws),
+                        *want,
+                        "{role} {op:?} in {in_ws:?}"
+                    );
+                }
+            }
+        }
+        for op in ops {
+            let scope = format!("policies.{}", op.as_str());
+            assert!(known_scopes().any(|s| s == scope), "{scope}");
+            assert!(grantable_scopes(KeyKind::WorkspaceService).contains(&scope));
+            let mut manager = ws(WorkspaceRole::Manager);
+            manager.scopes = Some([scope.clone()].into());
+            let mut admin = org(OrgRole::Admin);
+            admin.scopes = Some([scope.clone()].into());
+            for other in ops {
+                assert_eq!(
+                    can(&manager, Resource::Policies, other, Some(WS)),
+                    other == op,
+                    "{scope} {other:?}"
+                );
+                assert_eq!(
+                    can(&admin, Resource::Policies, other, Some(OTHER)),
+                    other == op,
+                    "{scope} {other:?}"
+                );
+            }
+            let err = allowed(&manager, &Action::new(Resource::Policies, op), Some(OTHER));
+            assert_eq!(err.unwrap_err().0, "this key belongs to another workspace");
+        }
+    }
+
     /// The spec's "key creation by role" table, every cell.
     #[test]
     fn key_creation_by_role() {
@@ -575,7 +799,6 @@ mod tests {
             (Resource::Workspaces, Op::List),
             (Resource::OrganisationUsers, Op::Create),
             (Resource::OrganisationUsers, Op::List),
-            (Resource::WorkspaceUsers, Op::Update),
             (Resource::AuditLogs, Op::List),
             (Resource::Deployments, Op::Create),
             (Resource::OrganisationIntegrations, Op::Create),
@@ -611,7 +834,14 @@ mod tests {
             );
             assert!(can(&admin, resource, op, None), "{resource:?} {op:?}");
             for p in [&manager, &member] {
-                assert!(can(p, resource, op, Some(WS)), "{resource:?} {op:?}");
+                // Members only read configs, providers and integrations.
+                let member_writes =
+                    std::ptr::eq(p, &member) && resource.members_read_only() && !op.reads();
+                assert_eq!(
+                    can(p, resource, op, Some(WS)),
+                    !member_writes,
+                    "{resource:?} {op:?}"
+                );
                 assert!(!can(p, resource, op, Some(OTHER)), "{resource:?} {op:?}");
                 assert!(!can(p, resource, op, None), "{resource:?} {op:?}");
             }
@@ -732,5 +962,301 @@ mod tests {
             let scope = a.scope().unwrap();
             assert!(known.contains(&scope), "{scope}");
         }
+    }
+
+    /// Users, invites, organisation settings, deployments and workspace settings need an admin
+    /// key; workspace members are managed by the admin key and by workspace admins and
+    /// managers in their own workspace. Every role against every cell.
+    #[test]
+    fn users_members_settings_deployments_by_role() {
+        let crudl = [Op::Create, Op::Read, Op::Update, Op::Delete, Op::List];
+        let mut cells = vec![
+            (Resource::OrganisationSettings, Op::Read),
+            (Resource::OrganisationSettings, Op::Update),
+        ];
+        for op in crudl {
+            // Users and invites; deployments; workspaces (their settings read and update);
+            // workspace members.
+            cells.push((Resource::OrganisationUsers, op));
+            cells.push((Resource::Deployments, op));
+            cells.push((Resource::Workspaces, op));
+            cells.push((Resource::WorkspaceUsers, op));
+        }
+        let principals = [
+            ("organisation owner", org(OrgRole::Owner)),
+            ("organisation admin", org(OrgRole::Admin)),
+            ("organisation member", org(OrgRole::Member)),
+            ("workspace admin", ws(WorkspaceRole::Admin)),
+            ("workspace manager", ws(WorkspaceRole::Manager)),
+            ("workspace member", ws(WorkspaceRole::Member)),
+        ];
+        let known: BTreeSet<String> = known_scopes().collect();
+        for (name, p) in &principals {
+            for &(resource, op) in &cells {
+                let scope = Action::new(resource, op).scope().unwrap();
+                assert!(known.contains(&scope), "{scope}");
+                for place in [None, Some(WS), Some(OTHER)] {
+                    let want = match *name {
+                        "organisation owner" | "organisation admin" => true,
+                        "workspace admin" | "workspace manager" => {
+                            resource == Resource::WorkspaceUsers && place == Some(WS)
+                        }
+                        _ => false,
+                    };
+                    assert_eq!(
+                        can(p, resource, op, place),
+                        want,
+                        "{name}: {scope} in {place:?}"
+                    );
+                }
+            }
+        }
+        let err = allowed(
+            &ws(WorkspaceRole::Member),
+            &Action::new(Resource::WorkspaceUsers, Op::List),
+            Some(WS),
+        )
+        .unwrap_err();
+        assert!(
+            err.0.contains("workspace members do not manage members"),
+            "{err}"
+        );
+        // The scopes that go with it: a workspace key may carry workspace_users.*, not the
+        // organisation's families; both spellings of the deployments scopes are read.
+        assert!(check_scopes(KeyKind::WorkspaceUser, &["workspace_users.update".into()]).is_ok());
+        for s in [
+            "organisation_users.list",
+            "organisation_settings.read",
+            "deployments.read",
+            "deployments:read",
+        ] {
+            assert!(
+                check_scopes(KeyKind::WorkspaceService, &[s.into()]).is_err(),
+                "{s}"
+            );
+        }
+        let got = check_scopes(
+            KeyKind::OrganisationService,
+            &["deployments:create".into(), "deployments.delete".into()],
+        )
+        .unwrap();
+        assert_eq!(
+            got,
+            [
+                "deployments.create".to_owned(),
+                "deployments.delete".to_owned()
+            ]
+            .into()
+        );
+        // A manager's key without the scope cannot manage members.
+        let mut manager = ws(WorkspaceRole::Manager);
+        manager.scopes = Some(["workspace_users.list".to_owned()].into());
+        assert!(can(&manager, Resource::WorkspaceUsers, Op::List, Some(WS)));
+        assert!(!can(
+            &manager,
+            Resource::WorkspaceUsers,
+            Op::Create,
+            Some(WS)
+        ));
+    }
+
+    /// Who gives and takes away which workspace role: every caller, current role and new role.
+    #[test]
+    fn workspace_roles_are_granted_by_rank() {
+        use WorkspaceRole::*;
+        let roles = [None, Some(Member), Some(Manager), Some(Admin)];
+        for (name, p) in [
+            ("organisation admin", org(OrgRole::Admin)),
+            ("workspace admin", ws(Admin)),
+            ("workspace manager", ws(Manager)),
+        ] {
+            for current in roles {
+                for new in roles {
+                    let want = name != "workspace manager"
+                        || (current != Some(Admin) && new != Some(Admin));
+                    assert_eq!(
+                        may_set_workspace_role(&p, current, new).is_ok(),
+                        want,
+                        "{name}: {current:?} -> {new:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Prompt and analytics access: owners, admins and workspace admins always; managers and
+    /// members as the settings say, for every combination of the six settings.
+    #[test]
+    fn prompt_and_analytics_access_follow_the_settings() {
+        let d = AccessSettings::default();
+        assert!(d.members_view_prompts && !d.members_write_prompts);
+        assert!(d.managers_view_prompts && d.managers_write_prompts);
+        assert!(d.members_view_analytics && d.managers_view_analytics);
+        let principals = [
+            ("admin key", org(OrgRole::Admin)),
+            ("workspace admin", ws(WorkspaceRole::Admin)),
+            ("workspace manager", ws(WorkspaceRole::Manager)),
+            ("workspace member", ws(WorkspaceRole::Member)),
+        ];
+        let cells = [
+            (Resource::Prompts, Op::Read, true),
+            (Resource::Prompts, Op::List, true),
+            (Resource::Prompts, Op::Create, false),
+            (Resource::Prompts, Op::Update, false),
+            (Resource::Prompts, Op::Delete, false),
+            (Resource::Analytics, Op::View, true),
+        ];
+        for bits in 0u8..64 {
+            let s = AccessSettings {
+                members_view_prompts: bits & 1 != 0,
+                members_write_prompts: bits & 2 != 0,
+                managers_view_prompts: bits & 4 != 0,
+                managers_write_prompts: bits & 8 != 0,
+                members_view_analytics: bits & 16 != 0,
+                managers_view_analytics: bits & 32 != 0,
+            };
+            for (name, p) in &principals {
+                for (resource, op, reads) in cells {
+                    let (view, write) = match (*name, resource) {
+                        ("workspace manager", Resource::Prompts) => {
+                            (s.managers_view_prompts, s.managers_write_prompts)
+                        }
+                        ("workspace member", Resource::Prompts) => {
+                            (s.members_view_prompts, s.members_write_prompts)
+                        }
+                        ("workspace manager", _) => (s.managers_view_analytics, false),
+                        ("workspace member", _) => (s.members_view_analytics, false),
+                        _ => (true, true),
+                    };
+                    let want = if reads { view || write } else { write };
+                    let got =
+                        allowed_with_settings(p, &Action::new(resource, op), Some(WS), &s).is_ok();
+                    assert_eq!(got, want, "{name} {resource:?} {op:?} with {s:?}");
+                    // The workspace rule still comes first.
+                    let elsewhere =
+                        allowed_with_settings(p, &Action::new(resource, op), Some(OTHER), &s);
+                    assert_eq!(elsewhere.is_ok(), *name == "admin key");
+                }
+            }
+        }
+        // Other resources are not governed by these settings.
+        let none = AccessSettings {
+            members_view_prompts: false,
+            members_write_prompts: false,
+            managers_view_prompts: false,
+            managers_write_prompts: false,
+            members_view_analytics: false,
+            managers_view_analytics: false,
+        };
+        let member = ws(WorkspaceRole::Member);
+        let read_config = Action::new(Resource::Configs, Op::Read);
+        assert!(allowed_with_settings(&member, &read_config, Some(WS), &none).is_ok());
+        let err = allowed_with_settings(
+            &member,
+            &Action::new(Resource::Prompts, Op::Read),
+            Some(WS),
+            &none,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.0,
+            "the workspace's settings do not let members see prompts"
+        );
+    }
+
+    /// Configs, providers, virtual keys and workspace integrations, every role-by-action cell:
+    /// an admin key anywhere; a workspace admin or manager everything in its own workspace; a
+    /// workspace member reads and lists there but does not create, update or delete; an
+    /// organisation member nothing. Organisation integrations are the admin key's, and a
+    /// workspace key reads one shared with its workspace.
+    #[test]
+    fn configs_providers_integrations_by_role() {
+        let resources = [
+            Resource::Configs,
+            Resource::Providers,
+            Resource::VirtualKeys,
+            Resource::WorkspaceIntegrations,
+        ];
+        let ops = [Op::Create, Op::Read, Op::Update, Op::Delete, Op::List];
+        let principals = [
+            ("organisation owner", org(OrgRole::Owner)),
+            ("organisation admin", org(OrgRole::Admin)),
+            ("organisation member", org(OrgRole::Member)),
+            ("workspace admin", ws(WorkspaceRole::Admin)),
+            ("workspace manager", ws(WorkspaceRole::Manager)),
+            ("workspace member", ws(WorkspaceRole::Member)),
+        ];
+        for (name, p) in &principals {
+            for resource in resources {
+                for op in ops {
+                    for place in [Some(WS), Some(OTHER), None] {
+                        let want = match *name {
+                            "organisation owner" | "organisation admin" => true,
+                            "workspace admin" | "workspace manager" => place == Some(WS),
+                            "workspace member" => place == Some(WS) && op.reads(),
+                            _ => false,
+                        };
+                        assert_eq!(
+                            can(p, resource, op, place),
+                            want,
+                            "{name}: {resource:?} {op:?} in {place:?}"
+                        );
+                    }
+                }
+            }
+            for op in ops {
+                // A workspace integration follows the workspace rule above.
+                assert_eq!(
+                    integration_allowed(p, op, Some(WS), false).is_ok(),
+                    can(p, Resource::WorkspaceIntegrations, op, Some(WS)),
+                    "{name}: workspace integration {op:?}"
+                );
+                // An organisation integration: the admin key; a workspace key reads it only
+                // when it is shared with its workspace.
+                let admin = matches!(*name, "organisation owner" | "organisation admin");
+                let workspace_key = name.starts_with("workspace");
+                for shared in [false, true] {
+                    let want = admin || (workspace_key && shared && op.reads());
+                    assert_eq!(
+                        integration_allowed(p, op, None, shared).is_ok(),
+                        want,
+                        "{name}: organisation integration {op:?}, shared {shared}"
+                    );
+                }
+            }
+        }
+        let err = allowed(
+            &ws(WorkspaceRole::Member),
+            &Action::new(Resource::Configs, Op::Update),
+            Some(WS),
+        )
+        .unwrap_err();
+        assert!(err.0.starts_with("workspace members read configs"), "{err}");
+        // Scopes narrow each cell: a manager holding only configs.read reads and nothing else.
+        let mut manager = ws(WorkspaceRole::Manager);
+        manager.scopes = Some(["configs.read".to_owned()].into());
+        assert!(can(&manager, Resource::Configs, Op::Read, Some(WS)));
+        assert!(!can(&manager, Resource::Configs, Op::List, Some(WS)));
+        assert!(!can(&manager, Resource::Providers, Op::Read, Some(WS)));
+        let mut admin = org(OrgRole::Admin);
+        admin.scopes = Some(["workspace_integrations.read".to_owned()].into());
+        assert!(integration_allowed(&admin, Op::Read, Some(WS), false).is_ok());
+        assert!(integration_allowed(&admin, Op::Read, None, false).is_err());
+        for family in [
+            "configs",
+            "providers",
+            "virtual_keys",
+            "workspace_integrations",
+        ] {
+            for op in ops {
+                let scope = format!("{family}.{}", op.as_str());
+                assert!(
+                    grantable_scopes(KeyKind::WorkspaceUser).contains(&scope),
+                    "{scope}"
+                );
+            }
+        }
+        assert!(!grantable_scopes(KeyKind::WorkspaceService)
+            .contains("organisation_integrations.create"));
     }
 }

@@ -44,11 +44,28 @@ pub struct Db {
 }
 
 /// Migrations, in order: (version, name, SQL). The SQL is portable: one file for both databases.
-const MIGRATIONS: &[(i64, &str, &str)] = &[(
-    1,
-    "control_plane",
-    include_str!("../migrations/0001_control_plane.sql"),
-)];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (
+        1,
+        "control_plane",
+        include_str!("../migrations/0001_control_plane.sql"),
+    ),
+    (
+        2,
+        "configs_providers",
+        include_str!("../migrations/0002_configs_providers.sql"),
+    ),
+    (
+        3,
+        "policies",
+        include_str!("../migrations/0003_policies.sql"),
+    ),
+    (
+        4,
+        "users_settings_deployments",
+        include_str!("../migrations/0004_users_settings_deployments.sql"),
+    ),
+];
 
 /// The key of the PostgreSQL advisory lock that serialises migrations and bootstrap across
 /// gateway instances ("gw-ctrl" in ASCII).

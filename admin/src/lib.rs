@@ -1,17 +1,21 @@
-//! The control plane: organisations, workspaces, users, roles, API keys and the audit log so
-//! far (policies, configs, providers and integrations come next) — an axum Router over sqlx
+//! The control plane: organisations, workspaces, users, roles, API keys, policies, the audit
+//! log, configs, integrations and providers — an axum Router over sqlx
 //! (SQLite by default, PostgreSQL for shared deployments), served by the gateway on its own
 //! listener under `/v1`.
 //!
 //! - [`db`]: the pool, write transactions, migrations (one portable SQL folder);
 //! - [`store`]: every query; each write is one transaction with its audit record;
 //! - [`authz`]: who may do what, in one place;
+//! - [`crypto`]: provider secrets encrypted at rest;
+//! - [`store::snapshot`]: what the data plane reads (saved providers and configs), published
+//!   after every change and kept current across instances;
 //! - [`api`]: the routes and their input checks ([`validate`]), errors in one place ([`error`]);
-//! - [`ControlPlane`]: what the gateway runs: the database, bootstrap, the key expiry worker
-//!   and the router, on a runtime of their own.
+//! - [`ControlPlane`]: what the gateway runs: the database, bootstrap, the key expiry worker,
+//!   the data plane's snapshot watcher and the router, on a runtime of their own.
 
 pub mod api;
 pub mod authz;
+pub mod crypto;
 pub mod db;
 pub mod error;
 pub mod keys;
@@ -27,6 +31,7 @@ use tower::ServiceExt;
 pub use api::{router, ClientAddr, MAX_BODY_BYTES};
 pub use error::{AdminError, ErrorKind};
 pub use store::{BootstrapOptions, BootstrapOutcome, Store};
+pub use store::{ConfigCheck, DataPlaneOptions, Published, Snapshot};
 
 /// Paths the control plane owns. The gateway sends every request under one of these (the path
 /// itself or below it) to the control plane; all other `/v1/` paths stay provider routes.
@@ -60,6 +65,14 @@ pub struct Options {
     pub database_url: String,
     pub bootstrap: BootstrapOptions,
     pub expiry_interval: Duration,
+    /// The key of stored provider secrets (`GW_SECRET_KEY`, base64 of 32 bytes). Required with
+    /// PostgreSQL; a SQLite database file otherwise keeps a generated one beside it.
+    pub secret_key: Option<String>,
+    /// The data plane's routing-config validator, run on saved configs.
+    pub config_check: Option<ConfigCheck>,
+    /// How often the data plane's snapshot is compared with the database (changes made by
+    /// other instances; with PostgreSQL they are also notified at once).
+    pub refresh_interval: Duration,
 }
 
 impl Options {
@@ -68,6 +81,9 @@ impl Options {
             database_url: database_url.into(),
             bootstrap: BootstrapOptions::default(),
             expiry_interval: DEFAULT_EXPIRY_INTERVAL,
+            secret_key: None,
+            config_check: None,
+            refresh_interval: store::snapshot::DEFAULT_REFRESH_INTERVAL,
         }
     }
 }
@@ -86,6 +102,7 @@ impl ControlPlane {
     /// Opens the database, applies its migrations, bootstraps it when empty, and starts the
     /// expiry worker. May be called from inside or outside an async runtime.
     pub fn start(options: Options) -> Result<ControlPlane, AdminError> {
+        let data_plane = data_plane_options(&options)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("gw-control-plane")
@@ -96,7 +113,7 @@ impl ControlPlane {
         let started = std::thread::scope(|s| {
             s.spawn(|| {
                 handle.block_on(async {
-                    let store = Store::open(&options.database_url).await?;
+                    let store = Store::open_with(&options.database_url, data_plane).await?;
                     let outcome = store.bootstrap(&options.bootstrap).await?;
                     Ok::<_, AdminError>((store, outcome))
                 })
@@ -124,6 +141,11 @@ impl ControlPlane {
             }
         }
         runtime.spawn(expiry_worker(store.clone(), options.expiry_interval));
+        runtime.spawn(store::snapshot::watch(
+            store.clone(),
+            options.database_url.clone(),
+            options.refresh_interval,
+        ));
         Ok(ControlPlane {
             runtime: Some(runtime),
             router: router(store.clone()),
@@ -186,8 +208,30 @@ impl Drop for ControlPlane {
     }
 }
 
-/// Every `every`, marks keys past their `expires_at` as `expired`. Runs until its task is
-/// dropped.
+/// The data plane's options of a start: the secret key, which PostgreSQL requires.
+fn data_plane_options(options: &Options) -> Result<DataPlaneOptions, AdminError> {
+    let secret_key = match &options.secret_key {
+        Some(text) => Some(
+            crypto::SecretKey::from_base64(text).map_err(|e| AdminError::internal(e.message))?,
+        ),
+        None if db::Backend::of_url(&options.database_url) == Some(db::Backend::Postgres) => {
+            return Err(AdminError::internal(format!(
+                "{} is required with a PostgreSQL database: provider secrets are stored \
+                 encrypted with it, and every gateway sharing the database needs the same key \
+                 (make one with `openssl rand -base64 32`)",
+                crypto::SECRET_KEY_VAR
+            )))
+        }
+        None => None,
+    };
+    Ok(DataPlaneOptions {
+        secret_key,
+        config_check: options.config_check.clone(),
+    })
+}
+
+/// Every `every`, marks keys (and providers) past their `expires_at` as `expired`. Runs until
+/// its task is dropped.
 pub async fn expiry_worker(store: Store, every: Duration) {
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -197,6 +241,13 @@ pub async fn expiry_worker(store: Store, every: Duration) {
             Ok(0) => {}
             Ok(n) => tracing::info!(keys = n, "API keys expired"),
             Err(e) => tracing::warn!(error = %e, "the key expiry sweep failed; retrying later"),
+        }
+        match store.expire_providers().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(providers = n, "providers expired"),
+            Err(e) => {
+                tracing::warn!(error = %e, "the provider expiry sweep failed; retrying later")
+            }
         }
     }
 }

@@ -26,6 +26,13 @@ pub fn json<T: DeserializeOwned>(body: &[u8]) -> Result<T> {
     } else {
         body
     };
+    // Every body of the control plane is an object; serde would read `[]` as a struct with
+    // every field absent.
+    if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return Err(AdminError::validation(
+            "invalid type: the body must be a JSON object, not a list".to_owned(),
+        ));
+    }
     let mut de = serde_json::Deserializer::from_slice(body);
     let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let path = e.path().to_string();
@@ -317,6 +324,22 @@ pub fn usage_limits(field: &str, input: UsageLimitsInput) -> Result<UsageLimits>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct AllOptional {
+        #[serde(default)]
+        #[allow(dead_code)]
+        name: Option<String>,
+    }
+
+    #[test]
+    fn a_list_is_not_an_empty_body() {
+        let e = json::<AllOptional>(b" [] ").unwrap_err();
+        assert!(e.to_string().contains("not a list") || format!("{e:?}").contains("not a list"));
+        assert!(json::<AllOptional>(b"").is_ok());
+        assert!(json::<AllOptional>(b"{}").is_ok());
+    }
 
     #[derive(Debug, Deserialize)]
     #[serde(deny_unknown_fields)]

@@ -190,6 +190,14 @@ fn bootstrap_admin_key() -> Option<Secret> {
         .map(Secret)
 }
 
+/// `GW_SECRET_KEY`, the key of stored provider secrets: from the environment only.
+fn secret_key() -> Option<Secret> {
+    std::env::var(admin::crypto::SECRET_KEY_VAR)
+        .ok()
+        .filter(|k| !k.is_empty())
+        .map(Secret)
+}
+
 /// Shows a generated admin key, the one time it exists outside the database: on stdout, never
 /// in the log.
 fn print_new_admin_key(key: &str) {
@@ -263,6 +271,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         listen: args.listen,
         database_url: args.database_url,
         bootstrap_admin_key: bootstrap_admin_key(),
+        secret_key: secret_key(),
         redis_url: args.redis_url,
         log: args.log,
     };

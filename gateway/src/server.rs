@@ -22,7 +22,7 @@ use crate::pipeline::Pipeline;
 use crate::proxy::GatewayProxy;
 use crate::routing::breaker::Breakers;
 use crate::routing::Endpoints;
-use crate::stores::{YamlConfigs, YamlProviders};
+use crate::stores::{saved_config_check, FileFirst, YamlConfigs, YamlProviders};
 use crate::upstream::Upstream;
 
 /// Everything a request needs, built once at start.
@@ -88,9 +88,9 @@ impl Drop for InFlight {
 }
 
 impl Gateway {
-    /// Builds the plugins and stores of a validated config, then starts the control plane:
-    /// opens `database_url`, applies its migrations, bootstraps an empty database, and starts
-    /// the key expiry worker.
+    /// Starts the control plane (opens `database_url`, applies its migrations, bootstraps an
+    /// empty database, starts the key expiry worker and the watcher of saved providers and
+    /// configs), then builds the stores and plugins of a validated config.
     pub fn new(config: GatewayConfig) -> Result<Gateway, ConfigErrors> {
         plugins::link();
         let metrics = Registry::new();
@@ -103,22 +103,36 @@ impl Gateway {
             .register(Box::new(in_flight.clone()))
             .expect("a fresh registry has no metrics yet");
         let routing_metrics = RoutingMetrics::register(&metrics);
-        let providers: Arc<dyn ProviderStore> = Arc::new(YamlProviders::from_config(&config));
-        let build = BuildCx {
-            providers: providers.clone(),
-            configs: Arc::new(YamlConfigs::from_config(&config)),
-            metrics: metrics.clone(),
-        };
-        let pipeline = Pipeline::build(&config.pipeline, &build)?;
+        // The control plane first: the stores read its snapshot of saved providers and configs
+        // (after the YAML file's own, which win).
         let control_plane = admin::ControlPlane::start(admin::Options {
-            database_url: config.database_url.clone(),
             bootstrap: admin::BootstrapOptions {
                 admin_key: config.bootstrap_admin_key.as_ref().map(|k| k.0.clone()),
                 ..admin::BootstrapOptions::default()
             },
-            expiry_interval: admin::DEFAULT_EXPIRY_INTERVAL,
+            secret_key: config.secret_key.as_ref().map(|k| k.0.clone()),
+            config_check: Some(saved_config_check()),
+            ..admin::Options::new(config.database_url.clone())
         })
-        .map_err(|e| ConfigErrors(vec![ConfigIssue::new("database_url", e.message)]))?;
+        .map_err(|e| {
+            let setting = if e.message.contains(admin::crypto::SECRET_KEY_VAR) {
+                admin::crypto::SECRET_KEY_VAR
+            } else {
+                "database_url"
+            };
+            ConfigErrors(vec![ConfigIssue::new(setting, e.message)])
+        })?;
+        let saved = control_plane.store().published();
+        let providers: Arc<dyn ProviderStore> = Arc::new(FileFirst(
+            YamlProviders::from_config(&config),
+            saved.clone(),
+        ));
+        let build = BuildCx {
+            providers: providers.clone(),
+            configs: Arc::new(FileFirst(YamlConfigs::from_config(&config), saved)),
+            metrics: metrics.clone(),
+        };
+        let pipeline = Pipeline::build(&config.pipeline, &build)?;
         Ok(Gateway {
             breakers: Breakers::default(),
             routing_metrics,

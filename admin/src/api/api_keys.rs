@@ -497,6 +497,7 @@ mod tests {
         let unbounded = OrganisationSettings {
             api_key_default_expiry_days: None,
             api_key_max_expiry_days: None,
+            ..OrganisationSettings::default()
         };
         assert_eq!(expiry(&unbounded, None, true).unwrap(), Some(None));
         assert_eq!(

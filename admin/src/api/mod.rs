@@ -6,6 +6,15 @@
 
 mod api_keys;
 mod audit_logs;
+mod configs;
+mod deployments;
+mod integrations;
+mod invites;
+mod members;
+mod policies;
+mod providers;
+mod settings;
+mod users;
 mod workspaces;
 
 use std::net::IpAddr;
@@ -64,7 +73,124 @@ pub fn router(store: Store) -> Router {
                 .put(workspaces::update)
                 .delete(workspaces::delete),
         )
+        .route(
+            "/v1/admin/workspaces/{id}/users",
+            post(members::add).get(members::list),
+        )
+        .route(
+            "/v1/admin/workspaces/{id}/users/{user_id}",
+            get(members::get)
+                .put(members::update)
+                .delete(members::delete),
+        )
+        .route(
+            "/v1/admin/workspaces/{id}/settings",
+            get(settings::get_workspace).put(settings::update_workspace),
+        )
+        .route(
+            "/v1/admin/settings",
+            get(settings::get_organisation).put(settings::update_organisation),
+        )
+        .route("/v1/admin/users", get(users::list))
+        .route(
+            "/v1/admin/users/{id}",
+            get(users::get).put(users::update).delete(users::delete),
+        )
+        .route(
+            "/v1/admin/users/invites",
+            post(invites::create).get(invites::list),
+        )
+        .route(
+            "/v1/admin/users/invites/{id}",
+            get(invites::get).delete(invites::delete),
+        )
+        .route("/v1/admin/users/invites/{id}/resend", post(invites::resend))
+        .route("/v1/admin/users/invites/{id}/accept", post(invites::accept))
+        .route(
+            "/v1/deployments",
+            post(deployments::create).get(deployments::list),
+        )
+        .route(
+            "/v1/deployments/{id}",
+            get(deployments::get)
+                .put(deployments::update)
+                .delete(deployments::delete),
+        )
         .route("/v1/audit-logs", get(audit_logs::list))
+        .route("/v1/configs", post(configs::create).get(configs::list))
+        .route(
+            "/v1/configs/{slug}",
+            get(configs::get)
+                .put(configs::update)
+                .delete(configs::delete),
+        )
+        .route("/v1/configs/{slug}/versions", get(configs::versions))
+        .route(
+            "/v1/integrations",
+            post(integrations::create).get(integrations::list),
+        )
+        .route(
+            "/v1/integrations/{slug}",
+            get(integrations::get)
+                .put(integrations::update)
+                .delete(integrations::delete),
+        )
+        .route(
+            "/v1/integrations/{slug}/workspaces",
+            get(integrations::workspaces).put(integrations::update_workspaces),
+        )
+        .route(
+            "/v1/providers",
+            post(providers::create).get(providers::list),
+        )
+        .route(
+            "/v1/providers/{slug}",
+            get(providers::get)
+                .put(providers::update)
+                .delete(providers::delete),
+        )
+        .route(
+            "/v1/virtual-keys",
+            post(providers::create_virtual_key).get(providers::list_virtual_keys),
+        )
+        .route(
+            "/v1/virtual-keys/{slug}",
+            get(providers::get_virtual_key)
+                .put(providers::update_virtual_key)
+                .delete(providers::delete_virtual_key),
+        )
+        .route(
+            "/v1/policies/rate-limits",
+            post(policies::create_rate_limits).get(policies::list_rate_limits),
+        )
+        .route(
+            "/v1/policies/rate-limits/{id}",
+            get(policies::get_rate_limits)
+                .put(policies::update_rate_limits)
+                .delete(policies::delete_rate_limits),
+        )
+        .route(
+            "/v1/policies/rate-limits/{id}/entities",
+            get(policies::rate_limits_entities),
+        )
+        .route(
+            "/v1/policies/usage-limits",
+            post(policies::create_usage_limits).get(policies::list_usage_limits),
+        )
+        .route(
+            "/v1/policies/usage-limits/{id}",
+            get(policies::get_usage_limits)
+                .put(policies::update_usage_limits)
+                .delete(policies::delete_usage_limits),
+        )
+        .route(
+            "/v1/policies/usage-limits/{id}/entities",
+            get(policies::usage_limits_entities),
+        )
+        .route(
+            "/v1/policies/usage-limits/{id}/entities/{entity}/reset",
+            axum::routing::put(policies::reset_usage_limits_entity),
+        )
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(AppState { store })

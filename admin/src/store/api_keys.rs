@@ -223,6 +223,13 @@ impl Store {
     pub async fn create_api_key(&self, actor: Actor<'_>, key: &NewKey) -> Result<(String, String)> {
         let raw = keys::generate();
         let mut tx = self.db.begin_write().await?;
+        // A user key counts against the user keys per workspace maximum in force.
+        if let (KeyKind::WorkspaceUser, Some(ws), Some(user)) =
+            (key.kind, &key.workspace_id, &key.user_id)
+        {
+            let org = &actor.principal.organisation_id;
+            super::settings::enforce_user_key_limit(&mut tx, org, ws, user).await?;
+        }
         let id = insert(&mut tx, &actor.principal.organisation_id, key, &raw).await?;
         audit::insert(
             &mut tx,

@@ -91,22 +91,36 @@ pub fn is_secret_name(name: &str) -> bool {
 }
 
 /// Replaces every string or number under a secret-like name with `[REDACTED]`, at any depth.
+/// A plain `key` inside a list item names something (`conditions: [{key, value}]`,
+/// `group_by: [{key}]`, tags) rather than holding a secret, so it is kept there.
 pub fn redact(value: Value) -> Value {
+    redact_in(value, false)
+}
+
+fn redact_in(value: Value, list_item: bool) -> Value {
     match value {
         Value::Object(map) => Value::Object(
             map.into_iter()
                 .map(|(k, v)| {
+                    let names_a_thing = list_item && k == "key";
                     let v = match v {
-                        Value::String(_) | Value::Number(_) if is_secret_name(&k) => {
+                        Value::String(_) | Value::Number(_)
+                            if is_secret_name(&k) && !names_a_thing =>
+                        {
                             Value::String(REDACTED.into())
                         }
-                        other => redact(other),
+                        other => redact_in(other, false),
                     };
                     (k, v)
                 })
                 .collect::<Map<_, _>>(),
         ),
-        Value::Array(items) => Value::Array(items.into_iter().map(redact).collect()),
+        Value::Array(items) => Value::Array(
+            items
+                .into_iter()
+                .map(|item| redact_in(item, true))
+                .collect(),
+        ),
         other => other,
     }
 }
@@ -264,6 +278,21 @@ fn record(r: &AnyRow) -> Result<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_in_lists_are_not_secrets() {
+        let body = serde_json::json!({
+            "key": "sk-secret",
+            "conditions": [{"key": "metadata._user", "value": "alice"}],
+            "group_by": [{"key": "api_key"}],
+            "configurations": {"aws_secret_access_key": "s3"},
+        });
+        let out = redact(body);
+        assert_eq!(out["key"], REDACTED);
+        assert_eq!(out["conditions"][0]["key"], "metadata._user");
+        assert_eq!(out["group_by"][0]["key"], "api_key");
+        assert_eq!(out["configurations"]["aws_secret_access_key"], REDACTED);
+    }
 
     #[test]
     fn secrets_are_redacted_at_any_depth() {

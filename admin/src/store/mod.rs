@@ -6,6 +6,16 @@ mod api_keys;
 pub mod audit;
 mod auth;
 mod bootstrap;
+mod configs;
+mod deployments;
+mod integrations;
+mod invites;
+mod members;
+mod policies;
+mod providers;
+mod settings;
+pub mod snapshot;
+mod users;
 mod workspaces;
 
 use serde::{Deserialize, Serialize};
@@ -16,6 +26,25 @@ use sqlx::Row;
 pub use api_keys::{ApiKey, KeyChanges, KeyFilter, NewKey, Rotated};
 pub use audit::{AuditEntry, AuditFilter, RequestMeta};
 pub use bootstrap::{BootstrapOptions, BootstrapOutcome};
+pub use configs::{Config, ConfigChanges, ConfigFilter, ConfigVersion, NewConfig};
+pub use deployments::{Deployment, DeploymentChanges, NewDeployment};
+pub use integrations::{
+    Integration, IntegrationChanges, IntegrationFilter, IntegrationWorkspace, NewIntegration,
+    Origin, WorkspaceAccess, WorkspaceAccessChange, WorkspaceAccessChanges, AI_PROVIDER_IDS,
+};
+pub use invites::{
+    Accepted, Invite, InviteFilter, InviteWorkspace, NewInvite, INVITE_VALIDITY_DAYS,
+};
+pub use members::WorkspaceMember;
+pub use policies::{
+    value_key, Condition, EntityFilter, GroupBy, NewRateLimitsPolicy, NewUsageLimitsPolicy,
+    PolicyFilter, PolicyStatus, RateLimitsChanges, RateLimitsPolicy, UsageEntity,
+    UsageLimitsChanges, UsageLimitsPolicy,
+};
+pub use providers::{NewProvider, Provider, ProviderChanges, ProviderFilter};
+pub use settings::{EffectiveSettings, WorkspaceSettings};
+pub use snapshot::{ConfigCheck, DataPlaneOptions, Published, Snapshot};
+pub use users::{OrgUser, UserFilter};
 pub use workspaces::{Member, NewWorkspace, Workspace, WorkspaceChanges, WorkspaceFilter};
 
 use crate::authz::{OrgRole, Principal};
@@ -27,6 +56,8 @@ use crate::time;
 #[derive(Clone, Debug)]
 pub struct Store {
     db: Db,
+    /// Secrets, config checks and the snapshot the data plane reads ([`snapshot`]).
+    data_plane: std::sync::Arc<snapshot::DataPlane>,
 }
 
 /// Who made a write and the request that carried it: what the audit log records.
@@ -45,6 +76,12 @@ pub struct OrganisationSettings {
     /// The latest `expires_at` a key may have, in days from the request; `None`: no limit
     /// (and keys may then be made without expiry).
     pub api_key_max_expiry_days: Option<i64>,
+    /// The most workspace user keys one user may hold in one workspace; `None`: no limit.
+    /// Workspaces may override it.
+    pub user_api_keys_per_workspace_max: Option<i64>,
+    /// Prompt and analytics access of workspace managers and members (`membersViewPrompts`...).
+    #[serde(flatten)]
+    pub access: crate::authz::AccessSettings,
 }
 
 /// Keys expire after a year unless their creator says otherwise, and after two at the latest.
@@ -53,6 +90,8 @@ impl Default for OrganisationSettings {
         OrganisationSettings {
             api_key_default_expiry_days: Some(365),
             api_key_max_expiry_days: Some(730),
+            user_api_keys_per_workspace_max: None,
+            access: crate::authz::AccessSettings::default(),
         }
     }
 }
@@ -68,10 +107,10 @@ pub struct User {
 
 impl Store {
     /// Opens the database and applies the migrations it lacks.
+    /// (The data plane's secret key and checks take their defaults: see
+    /// [`Store::open_with`].)
     pub async fn open(database_url: &str) -> Result<Store> {
-        let db = Db::connect(database_url).await?;
-        db.migrate().await?;
-        Ok(Store { db })
+        Store::open_with(database_url, DataPlaneOptions::default()).await
     }
 
     pub fn db(&self) -> &Db {

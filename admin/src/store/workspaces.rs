@@ -387,17 +387,35 @@ impl Store {
         force: bool,
     ) -> Result<()> {
         let mut tx = self.db.begin_write().await?;
-        let keys: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM api_keys WHERE workspace_id = $1")
+        // What remains in the workspace; configs, integrations and providers go with it
+        // (ON DELETE CASCADE), API keys are deleted here.
+        let mut remaining = Vec::new();
+        for (table, what) in [
+            ("api_keys", "API key(s)"),
+            ("configs", "config(s)"),
+            ("integrations", "integration(s)"),
+            ("providers", "provider(s)"),
+        ] {
+            let n: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                "SELECT COUNT(*) FROM {table} WHERE workspace_id = $1"
+            )))
             .bind(&ws.id)
             .fetch_one(&mut *tx)
             .await?;
-        if keys > 0 && !force {
+            if n > 0 {
+                remaining.push(format!("{n} {what}"));
+            }
+        }
+        if !remaining.is_empty() && !force {
             return Err(AdminError::conflict(format!(
-                "the workspace {} still has {keys} API key(s); delete them first or send \
+                "the workspace {} still has {}; delete them first or send \
                  {{\"force_delete\": true}} to delete them with it",
-                ws.slug
+                ws.slug,
+                remaining.join(", ")
             )));
         }
+        // Its providers and configs leave the data plane.
+        self.data_plane_changed(&mut tx).await?;
         sqlx::query("DELETE FROM api_keys WHERE workspace_id = $1")
             .bind(&ws.id)
             .execute(&mut *tx)
@@ -430,6 +448,7 @@ impl Store {
         )
         .await?;
         tx.commit().await?;
+        self.after_data_plane_change().await;
         Ok(())
     }
 

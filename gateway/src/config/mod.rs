@@ -39,6 +39,9 @@ pub struct GatewayConfig {
     pub database_url: String,
     /// The control plane's first admin key (`GW_BOOTSTRAP_ADMIN_KEY`; never read from the file).
     pub bootstrap_admin_key: Option<Secret>,
+    /// The key that encrypts stored provider secrets (`GW_SECRET_KEY`, base64 of 32 bytes;
+    /// never read from the file). Required with PostgreSQL.
+    pub secret_key: Option<Secret>,
     pub redis_url: Option<String>,
     pub log: String,
     pub providers: Vec<ProviderRecord>,
@@ -73,6 +76,7 @@ pub struct Overrides {
     pub listen: Option<String>,
     pub database_url: Option<String>,
     pub bootstrap_admin_key: Option<Secret>,
+    pub secret_key: Option<Secret>,
     pub redis_url: Option<String>,
     pub log: Option<String>,
 }
@@ -341,6 +345,7 @@ fn validate(json: Value, overrides: &Overrides) -> Result<GatewayConfig, ConfigE
         drain_timeout: Duration::from_secs(raw.shutdown.drain_timeout_secs.unwrap_or(30)),
         database_url,
         bootstrap_admin_key: overrides.bootstrap_admin_key.clone(),
+        secret_key: overrides.secret_key.clone(),
         redis_url: overrides.redis_url.clone().or(raw.redis_url),
         log: overrides
             .log

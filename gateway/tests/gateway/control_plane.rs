@@ -77,9 +77,14 @@ async fn the_control_plane_is_served_beside_the_provider_routes() {
         .admin_call(Method::PATCH, "/v1/api-keys", Some(ADMIN_KEY), None)
         .await;
     assert_eq!(status, 405, "{body}");
-    // A control-plane path of a later version: the control plane's 404, not a provider's.
+    // An unknown config under a control-plane path: the control plane's 404, not a provider's.
     let (status, body) = env
-        .admin_call(Method::GET, "/v1/configs", Some(ADMIN_KEY), None)
+        .admin_call(
+            Method::GET,
+            "/v1/configs/pc-none0-000000",
+            Some(ADMIN_KEY),
+            None,
+        )
         .await;
     assert_eq!((status, code(&body)), (404, "AB08"), "{body}");
 
@@ -248,6 +253,9 @@ async fn the_bootstrap_command_runs_once() {
         .is_ok());
 }
 
+/// `GW_SECRET_KEY` of the PostgreSQL test: 32 bytes in base64.
+const PG_SECRET_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+
 /// The same over HTTP with PostgreSQL (`GW_TEST_POSTGRES_URL`, in a schema of its own): the
 /// pool lives on the control plane's runtime while Pingora's runtimes serve the requests.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -281,6 +289,7 @@ async fn the_control_plane_runs_on_postgres() {
     let overrides = Overrides {
         database_url: Some(format!("{server}{sep}options=-c%20search_path%3D{schema}")),
         bootstrap_admin_key: Some(Secret(ADMIN_KEY.into())),
+        secret_key: Some(Secret(PG_SECRET_KEY.into())),
         ..Overrides::default()
     };
     let config = GatewayConfig::from_yaml(
@@ -288,6 +297,19 @@ async fn the_control_plane_runs_on_postgres() {
         &overrides,
     )
     .unwrap();
+    // Without GW_SECRET_KEY a PostgreSQL database is refused at start, saying why.
+    let mut keyless = config.clone();
+    keyless.secret_key = None;
+    let err = Gateway::new(keyless)
+        .err()
+        .expect("refused without a secret key");
+    assert_eq!(err.0[0].path, "GW_SECRET_KEY", "{err}");
+    assert!(
+        err.0[0]
+            .message
+            .contains("required with a PostgreSQL database"),
+        "{err}"
+    );
     let gw = Gateway::new(config).expect("starts on PostgreSQL");
     let running = tokio::task::spawn_blocking(move || gateway::server::spawn(gw))
         .await
@@ -316,6 +338,26 @@ async fn the_control_plane_runs_on_postgres() {
         .await
         .unwrap();
     assert_eq!(list["total"], 6, "{list}");
+    // A provider secret is stored (encrypted with GW_SECRET_KEY) and shown masked.
+    let resp = client
+        .post(format!("{}/v1/integrations", running.url()))
+        .header("x-gw-api-key", ADMIN_KEY)
+        .json(&json!({"name": "pg", "ai_provider_id": "openai", "key": "sk-on-postgres-1"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let got: Value = client
+        .get(format!("{}/v1/integrations/pg", running.url()))
+        .header("x-gw-api-key", ADMIN_KEY)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(got["masked_key"], "sk*******-1", "{got}");
+    assert!(running.gateway.providers.provider("pg").is_some());
     drop(running);
     run(format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await;
 }

@@ -12,6 +12,7 @@ mod passthrough;
 mod providers;
 mod routes;
 mod routing;
+mod saved_providers;
 mod selection;
 mod shutdown;
 mod streaming;

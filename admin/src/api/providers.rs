@@ -1,0 +1,541 @@
+//! `/v1/providers`: create, list, get, update, delete — an integration made usable in one
+//! workspace, used in requests as `x-gw-provider: @slug`. And the legacy `/v1/virtual-keys`:
+//! the same providers, created from `{name, provider, key, note}` (an integration is made for
+//! each) and used as `x-gw-virtual-key: slug`.
+
+use std::collections::BTreeMap;
+
+use axum::extract::State;
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::configs::{list_workspace, target_workspace};
+use super::integrations::{ai_provider, check_slug, query_with_tags, secret, slug_base, tags};
+use super::{double_option, empty, list_envelope, AppState, Ctx, PathParams};
+use crate::authz::{self, Action, Op, Principal, Resource};
+use crate::error::{AdminError, Result};
+use crate::keys;
+use crate::store::{
+    NewIntegration, NewProvider, Origin, Provider, ProviderChanges, ProviderFilter, Store,
+};
+use crate::time::{self, Timestamp};
+use crate::validate::{self, Page, RateLimit, UsageLimitsInput};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateProvider {
+    name: String,
+    integration_id: String,
+    #[serde(default)]
+    workspace_id: Option<String>,
+    #[serde(default)]
+    slug: Option<String>,
+    #[serde(default)]
+    note: Option<String>,
+    #[serde(default)]
+    usage_limits: Option<UsageLimitsInput>,
+    #[serde(default)]
+    rate_limits: Option<Vec<RateLimit>>,
+    #[serde(default)]
+    expires_at: Option<String>,
+    #[serde(default)]
+    tags: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpdateProvider {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default, deserialize_with = "double_option")]
+    note: Option<Option<String>>,
+    #[serde(default, deserialize_with = "double_option")]
+    usage_limits: Option<Option<UsageLimitsInput>>,
+    #[serde(default)]
+    rate_limits: Option<Vec<RateLimit>>,
+    #[serde(default, deserialize_with = "double_option")]
+    expires_at: Option<Option<String>>,
+    #[serde(default)]
+    tags: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    reset_usage: Option<bool>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Status {
+    Active,
+    Exhausted,
+    Expired,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    #[serde(default)]
+    page_size: Option<i64>,
+    #[serde(default)]
+    current_page: Option<i64>,
+    #[serde(default)]
+    workspace_id: Option<String>,
+    #[serde(default)]
+    integration_id: Option<String>,
+    #[serde(default)]
+    status: Option<Status>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateVirtualKey {
+    name: String,
+    provider: String,
+    #[serde(default)]
+    key: Option<String>,
+    #[serde(default)]
+    note: Option<String>,
+    #[serde(default)]
+    workspace_id: Option<String>,
+    #[serde(default)]
+    slug: Option<String>,
+    #[serde(default)]
+    usage_limits: Option<UsageLimitsInput>,
+    #[serde(default)]
+    rate_limits: Option<Vec<RateLimit>>,
+    #[serde(default)]
+    expires_at: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpdateVirtualKey {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    key: Option<String>,
+    #[serde(default, deserialize_with = "double_option")]
+    note: Option<Option<String>>,
+    #[serde(default, deserialize_with = "double_option")]
+    usage_limits: Option<Option<UsageLimitsInput>>,
+    #[serde(default)]
+    rate_limits: Option<Vec<RateLimit>>,
+    #[serde(default, deserialize_with = "double_option")]
+    expires_at: Option<Option<String>>,
+    #[serde(default)]
+    reset_usage: Option<bool>,
+}
+
+/// Providers (`/providers`) or their legacy name (`/virtual-keys`): the scopes and the shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Provider,
+    VirtualKey,
+}
+
+impl Kind {
+    fn resource(self) -> Resource {
+        match self {
+            Kind::Provider => Resource::Providers,
+            Kind::VirtualKey => Resource::VirtualKeys,
+        }
+    }
+
+    fn to_json(self, p: &Provider) -> Value {
+        match self {
+            Kind::Provider => p.to_json(),
+            Kind::VirtualKey => p.to_virtual_key_json(),
+        }
+    }
+}
+
+/// `POST /providers` -> `{id, slug}`.
+pub async fn create(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
+    let body: CreateProvider = ctx.json()?;
+    let p = &ctx.principal;
+    let name = validate::name("name", &body.name)?;
+    let given_slug = body
+        .slug
+        .as_deref()
+        .map(|s| check_slug("slug", s))
+        .transpose()?;
+    let note = note(body.note)?;
+    let usage_limits = body
+        .usage_limits
+        .map(|u| validate::usage_limits("usage_limits", u))
+        .transpose()?;
+    let rate_limits = validate::rate_limits("rate_limits", body.rate_limits.unwrap_or_default())?;
+    let expires_at = body.expires_at.as_deref().map(expiry).transpose()?;
+    let tags = tags("tags", body.tags.unwrap_or_default())?;
+    let workspace_id = target_workspace(&app.store, p, body.workspace_id.as_deref()).await?;
+    authz::allowed(
+        p,
+        &Action::new(Resource::Providers, Op::Create),
+        Some(&workspace_id),
+    )?;
+    let integration = app
+        .store
+        .integration(&p.organisation_id, &body.integration_id)
+        .await?
+        .filter(|i| i.status == "active");
+    let integration = match integration {
+        Some(i) if app.store.integration_usable_in(&i, &workspace_id).await? => i,
+        Some(i) => {
+            return Err(AdminError::reference(format!(
+                "integration_id: the integration {} is not enabled for this workspace (PUT /integrations/{}/workspaces)",
+                i.slug, i.slug
+            )))
+        }
+        None => {
+            return Err(AdminError::reference(format!(
+                "integration_id: no integration {:?}",
+                body.integration_id
+            )))
+        }
+    };
+    let slug = match given_slug {
+        Some(s) => s,
+        None => format!("{}-{}", slug_base(&name, "provider"), keys::random_hex(6)),
+    };
+    let new = NewProvider {
+        workspace_id,
+        integration_id: integration.id,
+        slug,
+        name,
+        note,
+        usage_limits,
+        rate_limits,
+        expires_at,
+        tags,
+    };
+    let id = app.store.create_provider(ctx.actor(), &new).await?;
+    Ok(Json(
+        json!({"id": id, "slug": new.slug, "object": "provider"}),
+    ))
+}
+
+/// `GET /providers`: filters `workspace_id`, `integration_id`, `status`, `tags[name]=value`.
+pub async fn list(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
+    list_as(&app.store, &ctx, Kind::Provider).await
+}
+
+/// `GET /providers/{slug}`.
+pub async fn get(
+    State(app): State<AppState>,
+    PathParams(slug): PathParams<String>,
+    ctx: Ctx,
+) -> Result<Json<Value>> {
+    let provider = authorised(&app.store, &ctx.principal, &slug, Op::Read, Kind::Provider).await?;
+    Ok(Json(provider.to_json()))
+}
+
+/// `PUT /providers/{slug}`.
+pub async fn update(
+    State(app): State<AppState>,
+    PathParams(slug): PathParams<String>,
+    ctx: Ctx,
+) -> Result<Json<Value>> {
+    let body: UpdateProvider = ctx.json()?;
+    let changes = ProviderChanges {
+        name: body.name.map(|n| validate::name("name", &n)).transpose()?,
+        note: body.note.map(note).transpose()?,
+        usage_limits: usage_limits_change(body.usage_limits)?,
+        rate_limits: body
+            .rate_limits
+            .map(|r| validate::rate_limits("rate_limits", r))
+            .transpose()?,
+        expires_at: expiry_change(body.expires_at)?,
+        tags: body.tags.map(|t| tags("tags", t)).transpose()?,
+        reset_usage: body.reset_usage.unwrap_or(false),
+    };
+    let provider = authorised(
+        &app.store,
+        &ctx.principal,
+        &slug,
+        Op::Update,
+        Kind::Provider,
+    )
+    .await?;
+    app.store
+        .update_provider(ctx.actor(), &provider, &changes, None)
+        .await?;
+    Ok(empty())
+}
+
+/// `DELETE /providers/{slug}`.
+pub async fn delete(
+    State(app): State<AppState>,
+    PathParams(slug): PathParams<String>,
+    ctx: Ctx,
+) -> Result<Json<Value>> {
+    let provider = authorised(
+        &app.store,
+        &ctx.principal,
+        &slug,
+        Op::Delete,
+        Kind::Provider,
+    )
+    .await?;
+    app.store.delete_provider(ctx.actor(), &provider).await?;
+    Ok(empty())
+}
+
+/// `POST /virtual-keys` -> `{id, slug}`: an integration of the workspace holding the key, and
+/// its provider.
+pub async fn create_virtual_key(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
+    let body: CreateVirtualKey = ctx.json()?;
+    let p = &ctx.principal;
+    let org = &p.organisation_id;
+    let name = validate::name("name", &body.name)?;
+    let provider = ai_provider("provider", &body.provider)?;
+    let key = body.key.as_deref().map(|k| secret("key", k)).transpose()?;
+    let given_slug = body
+        .slug
+        .as_deref()
+        .map(|s| check_slug("slug", s))
+        .transpose()?;
+    let note = note(body.note)?;
+    let usage_limits = body
+        .usage_limits
+        .map(|u| validate::usage_limits("usage_limits", u))
+        .transpose()?;
+    let rate_limits = validate::rate_limits("rate_limits", body.rate_limits.unwrap_or_default())?;
+    let expires_at = body.expires_at.as_deref().map(expiry).transpose()?;
+    let workspace_id = target_workspace(&app.store, p, body.workspace_id.as_deref()).await?;
+    authz::allowed(
+        p,
+        &Action::new(Resource::VirtualKeys, Op::Create),
+        Some(&workspace_id),
+    )?;
+    let slug = match given_slug {
+        Some(s) => s,
+        None => format!("{}-{}", slug_base(&name, "vk"), keys::random_hex(6)),
+    };
+    let integration_slug = if app.store.integration(org, &slug).await?.is_none() {
+        slug.clone()
+    } else {
+        format!("{slug}-{}", keys::random_hex(6))
+    };
+    let new = NewIntegration {
+        workspace_id: Some(workspace_id.clone()),
+        slug: integration_slug,
+        name: name.clone(),
+        ai_provider_id: provider,
+        description: None,
+        key,
+        settings: Default::default(),
+        secret_settings: BTreeMap::new(),
+        tags: BTreeMap::new(),
+        origin: Origin::VirtualKey,
+        default_provider: Some(NewProvider {
+            workspace_id,
+            integration_id: String::new(),
+            slug: slug.clone(),
+            name,
+            note,
+            usage_limits,
+            rate_limits,
+            expires_at,
+            tags: BTreeMap::new(),
+        }),
+    };
+    let id = app.store.create_virtual_key(ctx.actor(), &new).await?;
+    Ok(Json(
+        json!({"id": id, "slug": slug, "object": "virtual-key"}),
+    ))
+}
+
+/// `GET /virtual-keys`: the providers, in the legacy shape.
+pub async fn list_virtual_keys(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
+    list_as(&app.store, &ctx, Kind::VirtualKey).await
+}
+
+/// `GET /virtual-keys/{slug}`.
+pub async fn get_virtual_key(
+    State(app): State<AppState>,
+    PathParams(slug): PathParams<String>,
+    ctx: Ctx,
+) -> Result<Json<Value>> {
+    let provider = authorised(
+        &app.store,
+        &ctx.principal,
+        &slug,
+        Op::Read,
+        Kind::VirtualKey,
+    )
+    .await?;
+    Ok(Json(provider.to_virtual_key_json()))
+}
+
+/// `PUT /virtual-keys/{slug}`: the provider's fields, and `key`, which replaces the secret of
+/// its integration.
+pub async fn update_virtual_key(
+    State(app): State<AppState>,
+    PathParams(slug): PathParams<String>,
+    ctx: Ctx,
+) -> Result<Json<Value>> {
+    let body: UpdateVirtualKey = ctx.json()?;
+    let key = body.key.as_deref().map(|k| secret("key", k)).transpose()?;
+    let changes = ProviderChanges {
+        name: body.name.map(|n| validate::name("name", &n)).transpose()?,
+        note: body.note.map(note).transpose()?,
+        usage_limits: usage_limits_change(body.usage_limits)?,
+        rate_limits: body
+            .rate_limits
+            .map(|r| validate::rate_limits("rate_limits", r))
+            .transpose()?,
+        expires_at: expiry_change(body.expires_at)?,
+        tags: None,
+        reset_usage: body.reset_usage.unwrap_or(false),
+    };
+    let provider = authorised(
+        &app.store,
+        &ctx.principal,
+        &slug,
+        Op::Update,
+        Kind::VirtualKey,
+    )
+    .await?;
+    if key.is_some() && provider.integration_origin != "virtual_key" {
+        // The key belongs to an integration other providers may share: change it there.
+        return Err(AdminError::field(
+            "key",
+            format!(
+                "the provider {} uses the integration {}: change its key with PUT /integrations/{}",
+                provider.slug, provider.integration_slug, provider.integration_slug
+            ),
+        ));
+    }
+    app.store
+        .update_provider(ctx.actor(), &provider, &changes, key.as_deref())
+        .await?;
+    Ok(empty())
+}
+
+/// `DELETE /virtual-keys/{slug}`: the provider, and the integration made for it.
+pub async fn delete_virtual_key(
+    State(app): State<AppState>,
+    PathParams(slug): PathParams<String>,
+    ctx: Ctx,
+) -> Result<Json<Value>> {
+    let provider = authorised(
+        &app.store,
+        &ctx.principal,
+        &slug,
+        Op::Delete,
+        Kind::VirtualKey,
+    )
+    .await?;
+    app.store.delete_provider(ctx.actor(), &provider).await?;
+    Ok(empty())
+}
+
+async fn list_as(store: &Store, ctx: &Ctx, kind: Kind) -> Result<Json<Value>> {
+    let (q, tag_filter): (ListQuery, _) = query_with_tags(&ctx.uri)?;
+    let page = Page::new(q.page_size, q.current_page)?;
+    let p = &ctx.principal;
+    let workspace_id = list_workspace(store, p, q.workspace_id.as_deref()).await?;
+    authz::allowed(
+        p,
+        &Action::new(kind.resource(), Op::List),
+        workspace_id.as_deref(),
+    )?;
+    let integration_id = match &q.integration_id {
+        Some(i) => Some(
+            store
+                .integration(&p.organisation_id, i)
+                .await?
+                .ok_or_else(|| {
+                    AdminError::reference(format!("integration_id: no integration {i:?}"))
+                })?
+                .id,
+        ),
+        None => None,
+    };
+    let filter = ProviderFilter {
+        workspace_id,
+        integration_id,
+        status: q.status.map(|s| {
+            match s {
+                Status::Active => "active",
+                Status::Exhausted => "exhausted",
+                Status::Expired => "expired",
+            }
+            .to_owned()
+        }),
+        tags: tag_filter,
+    };
+    let (total, list) = store.providers(&p.organisation_id, &filter, page).await?;
+    Ok(list_envelope(
+        total,
+        list.iter().map(|p| kind.to_json(p)).collect(),
+    ))
+}
+
+/// The provider of the path (slug or id) when the caller may do `op` to it.
+async fn authorised(
+    store: &Store,
+    p: &Principal,
+    slug: &str,
+    op: Op,
+    kind: Kind,
+) -> Result<Provider> {
+    let what = match kind {
+        Kind::Provider => "provider",
+        Kind::VirtualKey => "virtual key",
+    };
+    let provider = store
+        .provider(&p.organisation_id, slug)
+        .await?
+        .ok_or_else(|| AdminError::not_found(format!("no {what} {slug:?}")))?;
+    authz::allowed(
+        p,
+        &Action::new(kind.resource(), op),
+        Some(&provider.workspace_id),
+    )?;
+    Ok(provider)
+}
+
+fn note(n: Option<String>) -> Result<Option<String>> {
+    if let Some(n) = &n {
+        validate::max_len("note", n, validate::MAX_DESCRIPTION)?;
+    }
+    Ok(n)
+}
+
+/// An `expires_at` in the future.
+fn expiry(text: &str) -> Result<Timestamp> {
+    let t = validate::timestamp("expires_at", text)?;
+    if t <= time::now() {
+        return Err(AdminError::field("expires_at", "must be in the future"));
+    }
+    Ok(t)
+}
+
+fn expiry_change(e: Option<Option<String>>) -> Result<Option<Option<Timestamp>>> {
+    e.map(|e| e.as_deref().map(expiry).transpose()).transpose()
+}
+
+fn usage_limits_change(
+    u: Option<Option<UsageLimitsInput>>,
+) -> Result<Option<Option<crate::validate::UsageLimits>>> {
+    u.map(|u| {
+        u.map(|u| validate::usage_limits("usage_limits", u))
+            .transpose()
+    })
+    .transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expiry_is_in_the_future() {
+        assert!(expiry("2020-01-01T00:00:00Z").is_err());
+        assert!(expiry("soon").is_err());
+        let later = time::format(time::now() + chrono::Duration::days(1));
+        assert!(expiry(&later).is_ok());
+        assert_eq!(expiry_change(Some(None)).unwrap(), Some(None));
+        assert_eq!(expiry_change(None).unwrap(), None);
+    }
+}

@@ -1,0 +1,593 @@
+//! What the data plane reads from the control plane — saved providers (with their decrypted
+//! secrets) and saved configs — published as an immutable [`Snapshot`] behind an `ArcSwap`.
+//!
+//! - Every change the data plane reads bumps `data_plane_version` in its own transaction
+//!   ([`changed`]) and, with PostgreSQL, sends `NOTIFY gw_data_plane` (delivered on commit).
+//! - After the commit, the instance that made the change rebuilds its snapshot at once
+//!   ([`Store::refresh_data_plane`]): its data plane sees the change on the next request.
+//! - Other instances learn of it from the notification ([`watch`] listens with `PgListener`),
+//!   or, as a fallback and for SQLite, by polling the version (every second by default).
+//! - A request reads the current snapshot: a pointer load and a hash lookup, no query.
+//!
+//! Each rebuild reads everything (providers joined with their integrations, configs with their
+//! current version): simple, and fast enough for the thousands of rows a control plane holds.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use plugin_sdk::store::{ConfigStore, ProviderStore};
+use plugin_sdk::ProviderRecord;
+use serde_json::Value;
+use sqlx::Row;
+
+use super::Store;
+use crate::crypto::{self, Cipher, SecretKey};
+use crate::db::{Backend, Db, Tx};
+use crate::error::{AdminError, Result};
+use crate::time::{self, Timestamp};
+
+/// The PostgreSQL notification channel of data-plane changes.
+pub const CHANNEL: &str = "gw_data_plane";
+
+/// How often instances compare their snapshot with the database's version by default.
+pub const DEFAULT_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Checks a config body before it is saved (the gateway hands in its routing-config
+/// validator; without one, any JSON object is accepted). The error names the problem.
+#[derive(Clone)]
+pub struct ConfigCheck(pub Arc<CheckFn>);
+
+/// The function behind a [`ConfigCheck`]: the problem, if the config is refused.
+pub type CheckFn = dyn Fn(&Value) -> std::result::Result<(), String> + Send + Sync;
+
+impl ConfigCheck {
+    pub fn new(
+        check: impl Fn(&Value) -> std::result::Result<(), String> + Send + Sync + 'static,
+    ) -> ConfigCheck {
+        ConfigCheck(Arc::new(check))
+    }
+}
+
+impl std::fmt::Debug for ConfigCheck {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ConfigCheck")
+    }
+}
+
+/// How the store reaches the data plane's secrets and checks.
+#[derive(Clone, Default)]
+pub struct DataPlaneOptions {
+    /// The key of stored secrets. `None`: a SQLite file database keeps a generated one in
+    /// `<file>.key`; an in-memory one uses a random key; a PostgreSQL one has none (storing or
+    /// reading a secret then fails, and [`crate::ControlPlane::start`] refuses to start).
+    pub secret_key: Option<SecretKey>,
+    pub config_check: Option<ConfigCheck>,
+}
+
+impl std::fmt::Debug for DataPlaneOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DataPlaneOptions")
+            .field("secret_key", &self.secret_key)
+            .field("config_check", &self.config_check.is_some())
+            .finish()
+    }
+}
+
+/// One saved provider as the data plane uses it.
+#[derive(Debug, Clone)]
+struct Entry {
+    record: Arc<ProviderRecord>,
+    expires_at: Option<Timestamp>,
+}
+
+/// The data plane's view of the control plane at one version. Immutable once published.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// The `data_plane_version` it was built at; -1 before the first build.
+    pub version: i64,
+    providers: HashMap<String, Entry>,
+    /// By slug and by id.
+    configs: HashMap<String, Arc<Value>>,
+}
+
+impl Snapshot {
+    fn empty() -> Snapshot {
+        Snapshot {
+            version: -1,
+            ..Snapshot::default()
+        }
+    }
+
+    /// A provider that works now (not past its `expires_at`).
+    pub fn provider(&self, slug: &str) -> Option<Arc<ProviderRecord>> {
+        let entry = self.providers.get(slug)?;
+        if entry.expires_at.is_some_and(|t| t <= time::now()) {
+            return None;
+        }
+        Some(entry.record.clone())
+    }
+
+    pub fn config(&self, id_or_slug: &str) -> Option<Arc<Value>> {
+        self.configs.get(id_or_slug).cloned()
+    }
+
+    pub fn provider_count(&self) -> usize {
+        self.providers.len()
+    }
+}
+
+/// The published snapshot: cheap to clone, read without locks. It implements the plugin SDK's
+/// [`ProviderStore`] and [`ConfigStore`], which is how the gateway reads it.
+#[derive(Clone)]
+pub struct Published(Arc<ArcSwap<Snapshot>>);
+
+impl Default for Published {
+    fn default() -> Self {
+        Published(Arc::new(ArcSwap::from_pointee(Snapshot::empty())))
+    }
+}
+
+impl std::fmt::Debug for Published {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Published(version {})", self.0.load().version)
+    }
+}
+
+impl Published {
+    /// The current snapshot.
+    pub fn current(&self) -> Arc<Snapshot> {
+        self.0.load_full()
+    }
+
+    pub fn version(&self) -> i64 {
+        self.0.load().version
+    }
+}
+
+impl ProviderStore for Published {
+    fn provider(&self, slug: &str) -> Option<Arc<ProviderRecord>> {
+        self.0.load().provider(slug)
+    }
+}
+
+impl ConfigStore for Published {
+    fn config(&self, id_or_slug: &str) -> Option<Arc<Value>> {
+        self.0.load().config(id_or_slug)
+    }
+}
+
+/// The store's link to the data plane: the secret key, the config check, the published
+/// snapshot, and a lock that lets one rebuild run at a time (so an older one never replaces a
+/// newer one).
+pub struct DataPlane {
+    key: Option<SecretKey>,
+    cipher: Option<Cipher>,
+    config_check: Option<ConfigCheck>,
+    published: Published,
+    rebuild: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for DataPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DataPlane")
+            .field("cipher", &self.cipher.is_some())
+            .field("published", &self.published)
+            .finish()
+    }
+}
+
+/// The value stored in `secret_key_check`, encrypted.
+const CHECK_PLAINTEXT: &str = "gw-secret-key-check";
+const CHECK_CONTEXT: &str = "secret_key_check";
+
+/// The file of a SQLite URL, `None` for an in-memory database.
+fn sqlite_file(url: &str) -> Option<PathBuf> {
+    if url.contains(":memory:") || url.contains("mode=memory") {
+        return None;
+    }
+    let path = url
+        .trim_start_matches("sqlite://")
+        .trim_start_matches("sqlite:");
+    let path = path.split('?').next().unwrap_or_default();
+    (!path.is_empty()).then(|| PathBuf::from(path))
+}
+
+/// The key to use for a database when none is given.
+fn default_key(db: &Db, url: &str) -> Result<Option<SecretKey>> {
+    Ok(match db.backend() {
+        Backend::Postgres => None,
+        Backend::Sqlite => match sqlite_file(url) {
+            Some(file) => Some(crypto::load_or_create_key_file(&crypto::key_file_of(
+                &file,
+            ))?),
+            // The database ends with the process: so may the key.
+            None => Some(SecretKey::generate()),
+        },
+    })
+}
+
+/// Refuses a key other than the one the stored secrets were encrypted with.
+async fn verify_key(db: &Db, cipher: &Cipher) -> Result<()> {
+    let stored: Option<String> =
+        sqlx::query_scalar("SELECT value FROM secret_key_check WHERE id = 1")
+            .fetch_optional(db.pool())
+            .await?;
+    match stored {
+        Some(v) if cipher.decrypt(&v, CHECK_CONTEXT).is_err() => {
+            Err(AdminError::internal(format!(
+                "the secret key is not the one this database's provider secrets were encrypted \
+             with: set {} to that key",
+                crypto::SECRET_KEY_VAR
+            )))
+        }
+        _ => Ok(()),
+    }
+}
+
+impl Store {
+    /// Opens the database, applies its migrations, sets up the data plane's key and checks,
+    /// and builds the first snapshot.
+    pub async fn open_with(database_url: &str, options: DataPlaneOptions) -> Result<Store> {
+        let db = Db::connect(database_url).await?;
+        db.migrate().await?;
+        let key = match options.secret_key {
+            Some(k) => Some(k),
+            None => default_key(&db, database_url)?,
+        };
+        Store::build(db, key, options.config_check).await
+    }
+
+    /// The same database with other data-plane options (a new snapshot is built); without a
+    /// secret key in `options`, the store's key is kept.
+    pub async fn with_data_plane(self, options: DataPlaneOptions) -> Result<Store> {
+        let key = options.secret_key.or_else(|| self.data_plane.key.clone());
+        Store::build(self.db, key, options.config_check).await
+    }
+
+    async fn build(
+        db: Db,
+        key: Option<SecretKey>,
+        config_check: Option<ConfigCheck>,
+    ) -> Result<Store> {
+        let cipher = key.as_ref().map(Cipher::new);
+        if let Some(c) = &cipher {
+            verify_key(&db, c).await?;
+        }
+        let store = Store {
+            db,
+            data_plane: Arc::new(DataPlane {
+                key,
+                cipher,
+                config_check,
+                published: Published::default(),
+                rebuild: tokio::sync::Mutex::new(()),
+            }),
+        };
+        store.refresh_data_plane().await?;
+        Ok(store)
+    }
+
+    /// The snapshot the data plane reads, kept current by this store.
+    pub fn published(&self) -> Published {
+        self.data_plane.published.clone()
+    }
+
+    /// True when the store can encrypt and decrypt secrets.
+    pub fn has_secret_key(&self) -> bool {
+        self.data_plane.cipher.is_some()
+    }
+
+    /// The cipher, or a 500 saying how to configure one.
+    pub(crate) fn cipher(&self) -> Result<&Cipher> {
+        self.data_plane.cipher.as_ref().ok_or_else(|| {
+            AdminError::internal(format!(
+                "provider secrets cannot be stored or read: {} is not set",
+                crypto::SECRET_KEY_VAR
+            ))
+        })
+    }
+
+    /// Checks a config body with the data plane's validator, if one was given.
+    pub(crate) fn check_config(&self, config: &Value) -> std::result::Result<(), String> {
+        match &self.data_plane.config_check {
+            Some(check) => (check.0)(config),
+            None => Ok(()),
+        }
+    }
+
+    /// Records, in a transaction storing a secret, which key encrypts them (once).
+    pub(crate) async fn record_secret_key(&self, tx: &mut Tx) -> Result<()> {
+        let value = self.cipher()?.encrypt(CHECK_PLAINTEXT, CHECK_CONTEXT);
+        sqlx::query(
+            "INSERT INTO secret_key_check (id, value) VALUES (1, $1) ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(value)
+        .execute(&mut **tx)
+        .await?;
+        Ok(())
+    }
+
+    /// Marks, in a write's transaction, that what the data plane reads has changed.
+    pub(crate) async fn data_plane_changed(&self, tx: &mut Tx) -> Result<()> {
+        changed(tx, self.db.backend()).await
+    }
+
+    /// After a committed change: rebuilds this instance's snapshot at once. A failure is
+    /// logged, not returned (the change is made; the watcher retries within a second).
+    pub(crate) async fn after_data_plane_change(&self) {
+        if let Err(e) = self.refresh_data_plane().await {
+            tracing::warn!(error = %e, "could not rebuild the data plane's snapshot; retrying shortly");
+        }
+    }
+
+    /// Rebuilds the snapshot when the database's version differs from the published one;
+    /// returns whether it did.
+    pub async fn refresh_data_plane(&self) -> Result<bool> {
+        let _one_at_a_time = self.data_plane.rebuild.lock().await;
+        let version: i64 =
+            sqlx::query_scalar("SELECT version FROM data_plane_version WHERE id = 1")
+                .fetch_one(self.db.pool())
+                .await?;
+        if version == self.data_plane.published.version() {
+            return Ok(false);
+        }
+        let snapshot = self.build_snapshot(version).await?;
+        tracing::debug!(
+            version,
+            providers = snapshot.providers.len(),
+            configs = snapshot.configs.len(),
+            "data plane snapshot published"
+        );
+        self.data_plane.published.0.store(Arc::new(snapshot));
+        Ok(true)
+    }
+
+    async fn build_snapshot(&self, version: i64) -> Result<Snapshot> {
+        let mut snapshot = Snapshot {
+            version,
+            ..Snapshot::default()
+        };
+        let rows = sqlx::query(
+            "SELECT p.slug, p.expires_at, i.id AS integration_id, i.ai_provider_id, i.key_secret,
+                    i.settings, i.secret_settings
+             FROM providers p JOIN integrations i ON i.id = p.integration_id
+             WHERE p.status = 'active' AND i.status = 'active' AND (
+                 i.workspace_id = p.workspace_id
+                 OR (i.workspace_id IS NULL AND (
+                     i.global_workspace_access = 1
+                     OR EXISTS (SELECT 1 FROM integration_workspaces w
+                                WHERE w.integration_id = i.id AND w.workspace_id = p.workspace_id))))",
+        )
+        .fetch_all(self.db.pool())
+        .await?;
+        // Secrets of an integration are decrypted once, however many providers use it.
+        let mut secrets: HashMap<String, Option<Secrets>> = HashMap::new();
+        for r in &rows {
+            let slug: String = r.try_get("slug")?;
+            let integration: String = r.try_get("integration_id")?;
+            let expires_at: Option<String> = r.try_get("expires_at")?;
+            if !secrets.contains_key(&integration) {
+                let opened = self.open_secrets(
+                    &integration,
+                    r.try_get("key_secret")?,
+                    r.try_get("secret_settings")?,
+                );
+                let opened = match opened {
+                    Ok(s) => Some(s),
+                    Err(e) => {
+                        tracing::error!(integration = %integration, error = %e, "integration left out of the data plane: its secrets cannot be read");
+                        None
+                    }
+                };
+                secrets.insert(integration.clone(), opened);
+            }
+            let Some(Some(opened)) = secrets.get(&integration) else {
+                continue;
+            };
+            let stored: Value = super::from_text(
+                "integrations.settings",
+                &r.try_get::<String, _>("settings")?,
+            )?;
+            let mut settings = BTreeMap::new();
+            let mut custom_host = None;
+            for (k, v) in stored.as_object().into_iter().flatten() {
+                let text = match v {
+                    Value::String(s) => s.clone(),
+                    Value::Null => continue,
+                    other => other.to_string(),
+                };
+                if k == "custom_host" {
+                    custom_host = Some(text);
+                } else {
+                    settings.insert(k.clone(), text);
+                }
+            }
+            for (k, v) in &opened.settings {
+                settings.insert(k.clone(), v.clone());
+            }
+            let record = ProviderRecord {
+                slug: slug.clone(),
+                provider: r.try_get("ai_provider_id")?,
+                api_key: opened.key.clone(),
+                custom_host,
+                settings,
+            };
+            snapshot.providers.insert(
+                slug,
+                Entry {
+                    record: Arc::new(record),
+                    expires_at: expires_at.as_deref().and_then(time::parse),
+                },
+            );
+        }
+        let rows = sqlx::query(
+            "SELECT c.id, c.slug, v.config
+             FROM configs c JOIN config_versions v ON v.id = c.current_version_id
+             WHERE c.status = 'active'",
+        )
+        .fetch_all(self.db.pool())
+        .await?;
+        for r in &rows {
+            let id: String = r.try_get("id")?;
+            let slug: String = r.try_get("slug")?;
+            let config: Value =
+                super::from_text("config_versions.config", &r.try_get::<String, _>("config")?)?;
+            let config = Arc::new(config);
+            snapshot.configs.insert(id, config.clone());
+            snapshot.configs.insert(slug, config);
+        }
+        Ok(snapshot)
+    }
+
+    fn open_secrets(
+        &self,
+        integration: &str,
+        key: Option<String>,
+        settings: Option<String>,
+    ) -> Result<Secrets> {
+        if key.is_none() && settings.is_none() {
+            return Ok(Secrets::default());
+        }
+        let cipher = self.cipher()?;
+        let key = key
+            .map(|k| cipher.decrypt(&k, &secret_context(integration, "key")))
+            .transpose()?;
+        let settings = match settings {
+            Some(s) => {
+                let text = cipher.decrypt(&s, &secret_context(integration, "settings"))?;
+                super::from_text("integrations.secret_settings", &text)?
+            }
+            None => BTreeMap::new(),
+        };
+        Ok(Secrets { key, settings })
+    }
+}
+
+/// The decrypted secrets of one integration.
+#[derive(Debug, Default)]
+struct Secrets {
+    key: Option<String>,
+    settings: BTreeMap<String, String>,
+}
+
+/// The associated data of a secret: the integration and the field it is stored in.
+pub(crate) fn secret_context(integration_id: &str, field: &str) -> String {
+    format!("integration:{integration_id}:{field}")
+}
+
+/// Bumps the data plane's version in `tx`; with PostgreSQL also queues a notification, sent
+/// when the transaction commits.
+pub(crate) async fn changed(tx: &mut Tx, backend: Backend) -> Result<()> {
+    sqlx::query("UPDATE data_plane_version SET version = version + 1 WHERE id = 1")
+        .execute(&mut **tx)
+        .await?;
+    if backend == Backend::Postgres {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("NOTIFY {CHANNEL}")))
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
+}
+
+/// Keeps `store`'s snapshot current with changes made by other instances: with PostgreSQL it
+/// listens for notifications; in every case it compares the version every `every`. Runs until
+/// its task is dropped.
+pub async fn watch(store: Store, database_url: String, every: Duration) {
+    if store.db.backend() == Backend::Postgres {
+        tokio::spawn(listen(store.clone(), database_url));
+    }
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Err(e) = store.refresh_data_plane().await {
+            tracing::warn!(error = %e, "could not refresh the data plane's snapshot; retrying");
+        }
+    }
+}
+
+/// Rebuilds on every `NOTIFY gw_data_plane`; reconnects when the connection drops.
+async fn listen(store: Store, database_url: String) {
+    use sqlx::postgres::PgListener;
+    loop {
+        let listener = async {
+            let mut l = PgListener::connect(&database_url).await?;
+            l.listen(CHANNEL).await?;
+            Ok::<_, sqlx::Error>(l)
+        }
+        .await;
+        match listener {
+            Ok(mut l) => {
+                // Changes made while not listening.
+                store.after_data_plane_change().await;
+                loop {
+                    match l.recv().await {
+                        Ok(_) => store.after_data_plane_change().await,
+                        Err(e) => {
+                            tracing::warn!(error = %e, "lost the data plane's notification channel; reconnecting");
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(
+                error = %e,
+                "cannot listen for data plane changes; polling only, retrying in a second"
+            ),
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sqlite_files_of_urls() {
+        assert_eq!(
+            sqlite_file("sqlite://data/gateway.db?mode=rwc"),
+            Some(PathBuf::from("data/gateway.db"))
+        );
+        assert_eq!(
+            sqlite_file("sqlite:/tmp/x.db"),
+            Some(PathBuf::from("/tmp/x.db"))
+        );
+        assert_eq!(sqlite_file("sqlite::memory:"), None);
+        assert_eq!(sqlite_file("sqlite://x.db?mode=memory"), None);
+    }
+
+    #[test]
+    fn expired_providers_are_not_served() {
+        let record = |slug: &str| {
+            Arc::new(ProviderRecord {
+                slug: slug.into(),
+                provider: "openai".into(),
+                api_key: None,
+                custom_host: None,
+                settings: BTreeMap::new(),
+            })
+        };
+        let mut s = Snapshot::empty();
+        s.providers.insert(
+            "live".into(),
+            Entry {
+                record: record("live"),
+                expires_at: Some(time::now() + chrono::Duration::hours(1)),
+            },
+        );
+        s.providers.insert(
+            "gone".into(),
+            Entry {
+                record: record("gone"),
+                expires_at: Some(time::now() - chrono::Duration::seconds(1)),
+            },
+        );
+        assert!(s.provider("live").is_some());
+        assert!(s.provider("gone").is_none());
+        assert!(s.provider("none").is_none());
+    }
+}
