@@ -8,11 +8,12 @@
 
 use std::time::Duration;
 
-use sqlx::any::{AnyArguments, AnyPoolOptions};
+use sqlx::any::{AnyArguments, AnyPoolOptions, AnyRow};
 use sqlx::query::Query;
 use sqlx::{Any, AnyPool, AssertSqlSafe, Connection, Executor, Row, Transaction};
 
 use crate::error::{AdminError, Result};
+use crate::validate::Page;
 
 /// The database behind a URL.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -319,6 +320,33 @@ impl Sql {
             text: format!("{head}{}", self.text),
             args: self.args.clone(),
         }
+    }
+
+    /// For a ` FROM ... WHERE ...` condition: how many rows it selects in all, and one page of
+    /// them (`SELECT {columns}` ... `ORDER BY {order_by} LIMIT ... OFFSET ...`) read by
+    /// `from_row`.
+    pub async fn select_page<T>(
+        &self,
+        db: &Db,
+        columns: &str,
+        order_by: &str,
+        page: Page,
+        from_row: impl FnMut(&AnyRow) -> Result<T>,
+    ) -> Result<(i64, Vec<T>)> {
+        let total: i64 = self
+            .prefixed("SELECT COUNT(*)")
+            .query()
+            .fetch_one(db.pool())
+            .await?
+            .try_get(0)?;
+        let mut rows = self.prefixed(&format!("SELECT {columns}"));
+        rows.push(&format!(" ORDER BY {order_by} LIMIT "))
+            .int(page.size)
+            .push(" OFFSET ")
+            .int(page.offset());
+        let rows = rows.query().fetch_all(db.pool()).await?;
+        let list = rows.iter().map(from_row).collect::<Result<Vec<_>>>()?;
+        Ok((total, list))
     }
 
     fn placeholder(&mut self) -> &mut Sql {

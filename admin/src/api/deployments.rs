@@ -11,7 +11,6 @@ use serde_json::{Map, Value};
 use super::{double_option, empty, list_envelope, AppState, Ctx, PathParams};
 use crate::authz::{self, Action, Op, Resource};
 use crate::error::{AdminError, Result};
-use crate::keys;
 use crate::store::{Deployment, DeploymentChanges, NewDeployment, Store};
 use crate::validate::{self, Page};
 
@@ -247,23 +246,7 @@ fn slug(s: &str) -> Result<String> {
 /// A slug from a name: `dep-` and its letters and digits in lowercase, dashes between words,
 /// and a random suffix, at most 50 characters (`dep-edge-eu-3f9c2e`).
 fn slug_from(name: &str) -> String {
-    let mut base = String::new();
-    for c in name.chars() {
-        if c.is_ascii_alphanumeric() {
-            base.push(c.to_ascii_lowercase());
-        } else if !base.is_empty() && !base.ends_with('-') {
-            base.push('-');
-        }
-        if base.len() >= 32 {
-            break;
-        }
-    }
-    let base = base.trim_end_matches('-');
-    if base.is_empty() {
-        format!("dep-{}", keys::random_hex(6))
-    } else {
-        format!("dep-{base}-{}", keys::random_hex(6))
-    }
+    super::generated_slug("dep", 32, name)
 }
 
 #[cfg(test)]

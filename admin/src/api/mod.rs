@@ -321,6 +321,28 @@ where
     }
 }
 
+/// A slug from a name: `prefix-`, the name's letters and digits in lowercase (about
+/// `max_base` of them) with dashes between words, and a random suffix (`ws-team-a-3f9c2e`).
+pub(crate) fn generated_slug(prefix: &str, max_base: usize, name: &str) -> String {
+    let mut base = String::new();
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() {
+            base.push(c.to_ascii_lowercase());
+        } else if !base.is_empty() && !base.ends_with('-') {
+            base.push('-');
+        }
+        if base.len() >= max_base {
+            break;
+        }
+    }
+    let base = base.trim_end_matches('-');
+    if base.is_empty() {
+        format!("{prefix}-{}", crate::keys::random_hex(6))
+    } else {
+        format!("{prefix}-{base}-{}", crate::keys::random_hex(6))
+    }
+}
+
 /// `{object: "list", total, data}`.
 pub fn list_envelope(total: i64, data: Vec<Value>) -> Json<Value> {
     Json(json!({"object": "list", "total": total, "data": data}))

@@ -8,7 +8,6 @@ use serde_json::Value;
 use super::{double_option, empty, list_envelope, AppState, Ctx, PathParams};
 use crate::authz::{self, Action, Op, Resource, WorkspaceRole};
 use crate::error::{AdminError, Result};
-use crate::keys;
 use crate::store::{NewWorkspace, Store, Workspace, WorkspaceChanges, WorkspaceFilter};
 use crate::validate::{self, Metadata, Page, RateLimit, UsageLimits, UsageLimitsInput};
 
@@ -252,23 +251,7 @@ fn slug(s: &str) -> Result<String> {
 /// A slug from a name: its letters and digits in lowercase, dashes between words, and a random
 /// suffix (`ws-team-a-3f9c2e`).
 fn slug_from(name: &str) -> String {
-    let mut base = String::new();
-    for c in name.chars() {
-        if c.is_ascii_alphanumeric() {
-            base.push(c.to_ascii_lowercase());
-        } else if !base.is_empty() && !base.ends_with('-') {
-            base.push('-');
-        }
-        if base.len() >= 40 {
-            break;
-        }
-    }
-    let base = base.trim_end_matches('-');
-    if base.is_empty() {
-        format!("ws-{}", keys::random_hex(6))
-    } else {
-        format!("ws-{base}-{}", keys::random_hex(6))
-    }
+    super::generated_slug("ws", 40, name)
 }
 
 fn defaults(d: WorkspaceDefaults) -> Result<Value> {

@@ -281,20 +281,14 @@ impl Store {
             cond.text(kind.as_str());
         }
         cond.push(")");
-        let total: i64 = cond
-            .prefixed("SELECT COUNT(*)")
-            .query()
-            .fetch_one(self.db.pool())
-            .await?
-            .try_get(0)?;
-        let mut rows = cond.prefixed(&format!("SELECT {COLUMNS}"));
-        rows.push(" ORDER BY created_at DESC, id DESC LIMIT ")
-            .int(page.size)
-            .push(" OFFSET ")
-            .int(page.offset());
-        let rows = rows.query().fetch_all(self.db.pool()).await?;
-        let keys = rows.iter().map(from_row).collect::<Result<Vec<_>>>()?;
-        Ok((total, keys))
+        cond.select_page(
+            &self.db,
+            COLUMNS,
+            "created_at DESC, id DESC",
+            page,
+            from_row,
+        )
+        .await
     }
 
     /// Applies `changes` to a key.

@@ -209,7 +209,7 @@ impl Store {
         filter: &AuditFilter,
         page: Page,
     ) -> Result<(i64, Vec<Value>)> {
-        let mut cond = Sql::new(" WHERE organisation_id = ");
+        let mut cond = Sql::new(" FROM audit_logs WHERE organisation_id = ");
         cond.text(organisation_id);
         if let Some(t) = filter.start_time {
             cond.push(" AND timestamp >= ").text(time::format(t));
@@ -235,21 +235,8 @@ impl Store {
         if let Some(code) = filter.response_status_code {
             cond.push(" AND response_status_code = ").int(code);
         }
-        let count_sql = cond.prefixed("SELECT COUNT(*) FROM audit_logs");
-        let mut rows_sql = cond.prefixed("SELECT * FROM audit_logs");
-        rows_sql
-            .push(" ORDER BY timestamp DESC, id DESC LIMIT ")
-            .int(page.size)
-            .push(" OFFSET ")
-            .int(page.offset());
-        let total: i64 = count_sql
-            .query()
-            .fetch_one(self.db.pool())
-            .await?
-            .try_get(0)?;
-        let rows = rows_sql.query().fetch_all(self.db.pool()).await?;
-        let records = rows.iter().map(record).collect::<Result<Vec<_>>>()?;
-        Ok((total, records))
+        cond.select_page(&self.db, "*", "timestamp DESC, id DESC", page, record)
+            .await
     }
 }
 

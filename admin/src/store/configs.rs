@@ -283,20 +283,14 @@ impl Store {
         if let Some(ws) = &filter.workspace_id {
             cond.push(" AND c.workspace_id = ").text(ws.clone());
         }
-        let total: i64 = cond
-            .prefixed("SELECT COUNT(*)")
-            .query()
-            .fetch_one(self.db.pool())
-            .await?
-            .try_get(0)?;
-        let mut rows = cond.prefixed(&format!("SELECT {COLUMNS}"));
-        rows.push(" ORDER BY c.created_at DESC, c.id DESC LIMIT ")
-            .int(page.size)
-            .push(" OFFSET ")
-            .int(page.offset());
-        let rows = rows.query().fetch_all(self.db.pool()).await?;
-        let list = rows.iter().map(from_row).collect::<Result<Vec<_>>>()?;
-        Ok((total, list))
+        cond.select_page(
+            &self.db,
+            COLUMNS,
+            "c.created_at DESC, c.id DESC",
+            page,
+            from_row,
+        )
+        .await
     }
 
     /// Applies `changes` as a new version; returns the new version's id.

@@ -212,19 +212,9 @@ impl Store {
         if let Some(kind) = kind {
             cond.push(" AND type = ").text(kind);
         }
-        let total: i64 = cond
-            .prefixed("SELECT COUNT(*)")
-            .query()
-            .fetch_one(self.db.pool())
-            .await?
-            .try_get(0)?;
-        let mut rows = cond.prefixed(&format!("SELECT {COLUMNS}"));
-        rows.push(" ORDER BY created_at, id LIMIT ")
-            .int(page.size)
-            .push(" OFFSET ")
-            .int(page.offset());
-        let rows = rows.query().fetch_all(self.db.pool()).await?;
-        let mut list = rows.iter().map(from_row).collect::<Result<Vec<_>>>()?;
+        let (total, mut list) = cond
+            .select_page(&self.db, COLUMNS, "created_at, id", page, from_row)
+            .await?;
         self.attach_deployment_workspaces(&mut list).await?;
         Ok((total, list))
     }

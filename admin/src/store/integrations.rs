@@ -563,20 +563,14 @@ impl Store {
             "i",
             &filter.tags,
         );
-        let total: i64 = cond
-            .prefixed("SELECT COUNT(*)")
-            .query()
-            .fetch_one(self.db.pool())
-            .await?
-            .try_get(0)?;
-        let mut rows = cond.prefixed(&format!("SELECT {COLUMNS}"));
-        rows.push(" ORDER BY i.created_at DESC, i.id DESC LIMIT ")
-            .int(page.size)
-            .push(" OFFSET ")
-            .int(page.offset());
-        let rows = rows.query().fetch_all(self.db.pool()).await?;
-        let list = rows.iter().map(from_row).collect::<Result<Vec<_>>>()?;
-        Ok((total, list))
+        cond.select_page(
+            &self.db,
+            COLUMNS,
+            "i.created_at DESC, i.id DESC",
+            page,
+            from_row,
+        )
+        .await
     }
 
     /// Applies `changes` to an integration.
@@ -743,27 +737,13 @@ impl Store {
         if let Some(ws) = &integration.workspace_id {
             cond.push(" AND ws.id = ").text(ws.clone());
         }
-        let total: i64 = cond
-            .prefixed("SELECT COUNT(*)")
-            .query()
-            .fetch_one(self.db.pool())
-            .await?
-            .try_get(0)?;
-        let mut rows = cond.prefixed(
-            "SELECT ws.id, ws.slug, ws.name, iw.workspace_id AS enabled_id, iw.usage_limits,
-                    iw.rate_limits",
-        );
-        rows.push(" ORDER BY ws.created_at, ws.id LIMIT ")
-            .int(page.size)
-            .push(" OFFSET ")
-            .int(page.offset());
-        let rows = rows.query().fetch_all(self.db.pool()).await?;
-        let mut list = Vec::with_capacity(rows.len());
-        for r in &rows {
+        let columns = "ws.id, ws.slug, ws.name, iw.workspace_id AS enabled_id, iw.usage_limits,
+                       iw.rate_limits";
+        cond.select_page(&self.db, columns, "ws.created_at, ws.id", page, |r| {
             let enabled_row: Option<String> = r.try_get("enabled_id")?;
             let usage: Option<String> = r.try_get("usage_limits")?;
             let rate: Option<String> = r.try_get("rate_limits")?;
-            list.push(IntegrationWorkspace {
+            Ok(IntegrationWorkspace {
                 workspace_id: r.try_get("id")?,
                 slug: r.try_get("slug")?,
                 name: r.try_get("name")?,
@@ -778,9 +758,9 @@ impl Store {
                     .map(|u| from_text("integration_workspaces.rate_limits", &u))
                     .transpose()?
                     .unwrap_or_default(),
-            });
-        }
-        Ok((total, list))
+            })
+        })
+        .await
     }
 
     /// The bulk update of an organisation integration's workspaces, with default providers

@@ -248,23 +248,10 @@ impl Store {
                 cond.push(" AND status = ").text(other);
             }
         }
-        let total: i64 = cond
-            .prefixed("SELECT COUNT(*)")
-            .query()
-            .fetch_one(self.db.pool())
-            .await?
-            .try_get(0)?;
-        let mut rows = cond.prefixed(&format!("SELECT {COLUMNS}"));
-        rows.push(" ORDER BY created_at DESC, id DESC LIMIT ")
-            .int(page.size)
-            .push(" OFFSET ")
-            .int(page.offset());
-        let rows = rows.query().fetch_all(self.db.pool()).await?;
-        let list = rows
-            .iter()
-            .map(|r| from_row(r, &now))
-            .collect::<Result<Vec<_>>>()?;
-        Ok((total, list))
+        cond.select_page(&self.db, COLUMNS, "created_at DESC, id DESC", page, |r| {
+            from_row(r, &now)
+        })
+        .await
     }
 
     /// One invite of the organisation.

@@ -457,29 +457,24 @@ fn insert_error(e: sqlx::Error) -> AdminError {
     }
 }
 
-/// The count and one page of a filtered table, newest first.
-async fn page_of<T>(
-    store: &Store,
-    cond: &Sql,
-    columns: &str,
-    page: Page,
-    from_row: fn(&AnyRow) -> Result<T>,
-) -> Result<(i64, Vec<T>)> {
-    let total: i64 = cond
-        .prefixed("SELECT COUNT(*)")
-        .query()
-        .fetch_one(store.db.pool())
-        .await?
-        .try_get(0)?;
-    let mut rows = cond.prefixed(&format!("SELECT {columns}"));
-    rows.push(" ORDER BY created_at DESC, id DESC LIMIT ")
-        .int(page.size)
-        .push(" OFFSET ")
-        .int(page.offset());
-    let rows = rows.query().fetch_all(store.db.pool()).await?;
-    let list = rows.iter().map(from_row).collect::<Result<Vec<_>>>()?;
-    Ok((total, list))
+/// The table of one kind of policy, and its names in messages and in the audit log.
+struct PolicyTable {
+    table: &'static str,
+    kind: &'static str,
+    resource_type: &'static str,
 }
+
+const RATE_TABLE: PolicyTable = PolicyTable {
+    table: "rate_limits_policies",
+    kind: "rate limits",
+    resource_type: "rate_limits_policy",
+};
+
+const USAGE_TABLE: PolicyTable = PolicyTable {
+    table: "usage_limits_policies",
+    kind: "usage limits",
+    resource_type: "usage_limits_policy",
+};
 
 fn policy_filter(table: &str, organisation_id: &str, filter: &PolicyFilter) -> Sql {
     let mut cond = Sql::new(&format!(" FROM {table} WHERE organisation_id = "));
@@ -498,6 +493,81 @@ fn policy_filter(table: &str, organisation_id: &str, filter: &PolicyFilter) -> S
 }
 
 impl Store {
+    /// The row of a policy of the organisation, whatever its status.
+    async fn policy_row(
+        &self,
+        t: &PolicyTable,
+        columns: &str,
+        organisation_id: &str,
+        id: &str,
+    ) -> Result<Option<AnyRow>> {
+        Ok(sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {columns} FROM {} WHERE id = $1 AND organisation_id = $2",
+            t.table
+        )))
+        .bind(id)
+        .bind(organisation_id)
+        .fetch_optional(self.db.pool())
+        .await?)
+    }
+
+    /// The row of an active policy, locked for the rest of `tx` (404 when it is not active).
+    async fn locked_active_row(
+        &self,
+        tx: &mut Tx,
+        t: &PolicyTable,
+        columns: &str,
+        organisation_id: &str,
+        id: &str,
+    ) -> Result<AnyRow> {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {columns} FROM {}
+             WHERE id = $1 AND organisation_id = $2 AND status = 'active'{}",
+            t.table,
+            for_update(self.db.backend())
+        )))
+        .bind(id)
+        .bind(organisation_id)
+        .fetch_optional(&mut **tx)
+        .await?
+        .ok_or_else(|| no_policy(t.kind, id))
+    }
+
+    /// Archives an active policy.
+    async fn archive_policy(
+        &self,
+        actor: Actor<'_>,
+        t: &PolicyTable,
+        organisation_id: &str,
+        id: &str,
+        workspace_id: &str,
+    ) -> Result<()> {
+        let mut tx = self.db.begin_write().await?;
+        let done = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE {} SET status = 'archived', last_updated_at = $1
+             WHERE id = $2 AND organisation_id = $3 AND status = 'active'",
+            t.table
+        )))
+        .bind(time::format(time::now()))
+        .bind(id)
+        .bind(organisation_id)
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(no_policy(t.kind, id));
+        }
+        audit::insert(
+            &mut tx,
+            actor,
+            &AuditEntry::new("archive", t.resource_type)
+                .resource(id)
+                .workspace(Some(workspace_id)),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
     // ----- rate limits policies -----
 
     pub async fn create_rate_limits_policy(
@@ -544,13 +614,9 @@ impl Store {
         organisation_id: &str,
         id: &str,
     ) -> Result<Option<RateLimitsPolicy>> {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {RATE_COLUMNS} FROM rate_limits_policies WHERE id = $1 AND organisation_id = $2"
-        )))
-        .bind(id)
-        .bind(organisation_id)
-        .fetch_optional(self.db.pool())
-        .await?;
+        let row = self
+            .policy_row(&RATE_TABLE, RATE_COLUMNS, organisation_id, id)
+            .await?;
         row.as_ref().map(rate_from_row).transpose()
     }
 
@@ -562,7 +628,14 @@ impl Store {
         page: Page,
     ) -> Result<(i64, Vec<RateLimitsPolicy>)> {
         let cond = policy_filter("rate_limits_policies", organisation_id, filter);
-        page_of(self, &cond, RATE_COLUMNS, page, rate_from_row).await
+        cond.select_page(
+            &self.db,
+            RATE_COLUMNS,
+            "created_at DESC, id DESC",
+            page,
+            rate_from_row,
+        )
+        .await
     }
 
     /// Applies `changes` to an active policy: read, changed and written in one transaction.
@@ -573,16 +646,15 @@ impl Store {
         changes: &RateLimitsChanges,
     ) -> Result<()> {
         let mut tx = self.db.begin_write().await?;
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {RATE_COLUMNS} FROM rate_limits_policies
-             WHERE id = $1 AND organisation_id = $2 AND status = 'active'{}",
-            for_update(self.db.backend())
-        )))
-        .bind(&policy.id)
-        .bind(&policy.organisation_id)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or_else(|| no_policy("rate limits", &policy.id))?;
+        let row = self
+            .locked_active_row(
+                &mut tx,
+                &RATE_TABLE,
+                RATE_COLUMNS,
+                &policy.organisation_id,
+                &policy.id,
+            )
+            .await?;
         let mut current = rate_from_row(&row)?;
         if let Some(n) = &changes.name {
             current.name = Some(n.clone());
@@ -622,29 +694,14 @@ impl Store {
         actor: Actor<'_>,
         policy: &RateLimitsPolicy,
     ) -> Result<()> {
-        let mut tx = self.db.begin_write().await?;
-        let done = sqlx::query(
-            "UPDATE rate_limits_policies SET status = 'archived', last_updated_at = $1
-             WHERE id = $2 AND organisation_id = $3 AND status = 'active'",
-        )
-        .bind(time::format(time::now()))
-        .bind(&policy.id)
-        .bind(&policy.organisation_id)
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() == 0 {
-            return Err(no_policy("rate limits", &policy.id));
-        }
-        audit::insert(
-            &mut tx,
+        self.archive_policy(
             actor,
-            &AuditEntry::new("archive", "rate_limits_policy")
-                .resource(&policy.id)
-                .workspace(Some(&policy.workspace_id)),
+            &RATE_TABLE,
+            &policy.organisation_id,
+            &policy.id,
+            &policy.workspace_id,
         )
-        .await?;
-        tx.commit().await?;
-        Ok(())
+        .await
     }
 
     // ----- usage limits policies -----
@@ -697,13 +754,9 @@ impl Store {
         organisation_id: &str,
         id: &str,
     ) -> Result<Option<UsageLimitsPolicy>> {
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {USAGE_COLUMNS} FROM usage_limits_policies WHERE id = $1 AND organisation_id = $2"
-        )))
-        .bind(id)
-        .bind(organisation_id)
-        .fetch_optional(self.db.pool())
-        .await?;
+        let row = self
+            .policy_row(&USAGE_TABLE, USAGE_COLUMNS, organisation_id, id)
+            .await?;
         row.as_ref().map(usage_from_row).transpose()
     }
 
@@ -715,7 +768,14 @@ impl Store {
         page: Page,
     ) -> Result<(i64, Vec<UsageLimitsPolicy>)> {
         let cond = policy_filter("usage_limits_policies", organisation_id, filter);
-        page_of(self, &cond, USAGE_COLUMNS, page, usage_from_row).await
+        cond.select_page(
+            &self.db,
+            USAGE_COLUMNS,
+            "created_at DESC, id DESC",
+            page,
+            usage_from_row,
+        )
+        .await
     }
 
     /// Applies `changes` to an active policy in one transaction: the policy is read locked, the
@@ -729,16 +789,15 @@ impl Store {
         changes: &UsageLimitsChanges,
     ) -> Result<()> {
         let mut tx = self.db.begin_write().await?;
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {USAGE_COLUMNS} FROM usage_limits_policies
-             WHERE id = $1 AND organisation_id = $2 AND status = 'active'{}",
-            for_update(self.db.backend())
-        )))
-        .bind(&policy.id)
-        .bind(&policy.organisation_id)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or_else(|| no_policy("usage limits", &policy.id))?;
+        let row = self
+            .locked_active_row(
+                &mut tx,
+                &USAGE_TABLE,
+                USAGE_COLUMNS,
+                &policy.organisation_id,
+                &policy.id,
+            )
+            .await?;
         let current = usage_from_row(&row)?;
         let next = changes.apply(&current)?;
         let now = time::format(time::now());
@@ -788,29 +847,14 @@ impl Store {
         actor: Actor<'_>,
         policy: &UsageLimitsPolicy,
     ) -> Result<()> {
-        let mut tx = self.db.begin_write().await?;
-        let done = sqlx::query(
-            "UPDATE usage_limits_policies SET status = 'archived', last_updated_at = $1
-             WHERE id = $2 AND organisation_id = $3 AND status = 'active'",
-        )
-        .bind(time::format(time::now()))
-        .bind(&policy.id)
-        .bind(&policy.organisation_id)
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() == 0 {
-            return Err(no_policy("usage limits", &policy.id));
-        }
-        audit::insert(
-            &mut tx,
+        self.archive_policy(
             actor,
-            &AuditEntry::new("archive", "usage_limits_policy")
-                .resource(&policy.id)
-                .workspace(Some(&policy.workspace_id)),
+            &USAGE_TABLE,
+            &policy.organisation_id,
+            &policy.id,
+            &policy.workspace_id,
         )
-        .await?;
-        tx.commit().await?;
-        Ok(())
+        .await
     }
 
     /// The entities a usage limits policy has counted, newest first, and how many match.
@@ -830,7 +874,14 @@ impl Store {
                 .text(super::contains_pattern(s))
                 .push(" ESCAPE '\\'");
         }
-        page_of(self, &cond, ENTITY_COLUMNS, page, entity_from_row).await
+        cond.select_page(
+            &self.db,
+            ENTITY_COLUMNS,
+            "created_at DESC, id DESC",
+            page,
+            entity_from_row,
+        )
+        .await
     }
 
     /// Every entity of a policy (for `include_usage`), by value key.

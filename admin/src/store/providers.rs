@@ -310,20 +310,14 @@ impl Store {
             None => {}
         }
         integrations::tag_conditions(&mut cond, "provider_tags", "provider_id", "p", &filter.tags);
-        let total: i64 = cond
-            .prefixed("SELECT COUNT(*)")
-            .query()
-            .fetch_one(self.db.pool())
-            .await?
-            .try_get(0)?;
-        let mut rows = cond.prefixed(&format!("SELECT {COLUMNS}"));
-        rows.push(" ORDER BY p.created_at DESC, p.id DESC LIMIT ")
-            .int(page.size)
-            .push(" OFFSET ")
-            .int(page.offset());
-        let rows = rows.query().fetch_all(self.db.pool()).await?;
-        let list = rows.iter().map(from_row).collect::<Result<Vec<_>>>()?;
-        Ok((total, list))
+        cond.select_page(
+            &self.db,
+            COLUMNS,
+            "p.created_at DESC, p.id DESC",
+            page,
+            from_row,
+        )
+        .await
     }
 
     /// Applies `changes` to a provider; with `key`, also replaces its integration's secret

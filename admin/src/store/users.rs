@@ -87,19 +87,9 @@ impl Store {
                 .text(super::contains_pattern(email))
                 .push(" ESCAPE '\\'");
         }
-        let total: i64 = cond
-            .prefixed("SELECT COUNT(*)")
-            .query()
-            .fetch_one(self.db.pool())
-            .await?
-            .try_get(0)?;
-        let mut rows = cond.prefixed(&format!("SELECT {COLUMNS}"));
-        rows.push(" ORDER BY created_at, id LIMIT ")
-            .int(page.size)
-            .push(" OFFSET ")
-            .int(page.offset());
-        let rows = rows.query().fetch_all(self.db.pool()).await?;
-        let mut users = rows.iter().map(from_row).collect::<Result<Vec<_>>>()?;
+        let (total, mut users) = cond
+            .select_page(&self.db, COLUMNS, "created_at, id", page, from_row)
+            .await?;
         self.attach_workspaces(&mut users).await?;
         Ok((total, users))
     }

@@ -288,20 +288,8 @@ impl Store {
         if let Some(status) = &filter.status {
             cond.push(" AND status = ").text(status.clone());
         }
-        let total: i64 = cond
-            .prefixed("SELECT COUNT(*)")
-            .query()
-            .fetch_one(self.db.pool())
-            .await?
-            .try_get(0)?;
-        let mut rows = cond.prefixed(&format!("SELECT {COLUMNS}"));
-        rows.push(" ORDER BY created_at, id LIMIT ")
-            .int(page.size)
-            .push(" OFFSET ")
-            .int(page.offset());
-        let rows = rows.query().fetch_all(self.db.pool()).await?;
-        let list = rows.iter().map(from_row).collect::<Result<Vec<_>>>()?;
-        Ok((total, list))
+        cond.select_page(&self.db, COLUMNS, "created_at, id", page, from_row)
+            .await
     }
 
     /// The members of a workspace.
