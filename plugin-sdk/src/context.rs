@@ -63,6 +63,8 @@ pub struct ResponseInfo {
     /// The model the provider reported, else the one requested.
     pub model: Option<String>,
     pub usage: Option<Usage>,
+    /// The answer's cost in US dollars from the price table, once usage is known.
+    pub cost: Option<f64>,
     /// Time from sending the upstream request to its response header.
     pub upstream_latency: Option<Duration>,
     /// Whether the answer was relayed as a server-sent event stream.

@@ -9,6 +9,7 @@
 //! [`GatewayError`], mapped to an HTTP status and JSON body in exactly one place
 //! ([`GatewayError::status`] and [`GatewayError::body`]).
 
+pub mod access;
 pub mod context;
 pub mod error;
 pub mod flow;
@@ -16,9 +17,12 @@ pub mod headers;
 pub mod llm;
 pub mod plugin;
 pub mod registry;
+pub mod sinks;
 pub mod store;
 pub mod target;
+pub mod time;
 
+pub use access::{AccessStore, Principal};
 pub use context::{RequestCx, ResponseInfo, Route, Usage};
 pub use error::{ErrorKind, GatewayError, ProviderFailure};
 pub use flow::{Flow, PluginResponse};

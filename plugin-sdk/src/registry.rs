@@ -13,7 +13,9 @@ use std::sync::Arc;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+use crate::access::AccessStore;
 use crate::plugin::Plugin;
+use crate::sinks::SharedSink;
 use crate::store::{ConfigStore, ProviderStore};
 
 /// What a plugin may use while it is built.
@@ -23,6 +25,27 @@ pub struct BuildCx {
     pub configs: Arc<dyn ConfigStore>,
     /// The gateway's metrics registry, served at `GET /metrics`.
     pub metrics: prometheus::Registry,
+    /// The control plane's keys, workspaces and policies.
+    pub access: Arc<dyn AccessStore>,
+    /// Where audit events, settled usage and request logs go.
+    pub sink: SharedSink,
+    /// `GW_REDIS_URL`: counters and cache shared by several instances. `None`: in-process.
+    pub redis_url: Option<String>,
+}
+
+impl BuildCx {
+    /// A build context with empty stores, a fresh registry, no control plane and no Redis
+    /// (unit tests, benchmarks).
+    pub fn standalone() -> BuildCx {
+        BuildCx {
+            providers: Arc::new(crate::store::EmptyStore),
+            configs: Arc::new(crate::store::EmptyStore),
+            metrics: prometheus::Registry::new(),
+            access: Arc::new(crate::access::NoAccess),
+            sink: Arc::new(crate::sinks::Discard),
+            redis_url: None,
+        }
+    }
 }
 
 /// A problem in a plugin's config, with the path of the field inside the plugin's entry.

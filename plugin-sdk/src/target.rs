@@ -26,6 +26,26 @@ pub struct Target {
     /// Client headers (lower-case names) forwarded to this target, besides those named by
     /// `x-gw-forward-headers`.
     pub forward_headers: Vec<String>,
+    /// The cache settings of the config node this target came from (`cache: {mode, max_age}`);
+    /// `None` when the node has none or headers chose the target.
+    pub cache: Option<CacheSettings>,
+}
+
+/// How answers of a config node are cached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheMode {
+    /// Exact match of the canonical request.
+    Simple,
+    /// Similar prompts (not served by the built-in cache: treated as a miss).
+    Semantic,
+}
+
+/// A config node's `cache` object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheSettings {
+    pub mode: CacheMode,
+    /// Time to live in seconds; `None`: the cache plugin's default.
+    pub max_age_secs: Option<u64>,
 }
 
 impl Target {

@@ -159,6 +159,24 @@ impl ConfigStore for Published {
     }
 }
 
+impl plugin_sdk::AccessStore for Published {
+    fn api_key(&self, _digest: &[u8; 32]) -> Option<Arc<plugin_sdk::access::ApiKeyRecord>> {
+        None
+    }
+    fn workspace(&self, _id: &str) -> Option<Arc<plugin_sdk::access::WorkspaceRecord>> {
+        None
+    }
+    fn rate_limit_policies(&self) -> Arc<[plugin_sdk::access::RateLimitPolicy]> {
+        Arc::from(Vec::new())
+    }
+    fn usage_limit_policies(&self) -> Arc<[plugin_sdk::access::UsageLimitPolicy]> {
+        Arc::from(Vec::new())
+    }
+    fn version(&self) -> i64 {
+        self.0.load().version
+    }
+}
+
 /// The store's link to the data plane: the secret key, the config check, the published
 /// snapshot, and a lock that lets one rebuild run at a time (so an older one never replaces a
 /// newer one).

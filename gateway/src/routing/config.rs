@@ -128,17 +128,8 @@ pub struct Retry {
     pub use_retry_after_header: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Cache {
-    pub mode: CacheMode,
-    pub max_age_secs: Option<u64>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CacheMode {
-    Simple,
-    Semantic,
-}
+/// A node's `cache` settings, as the cache plugin reads them from the target.
+pub use plugin_sdk::target::{CacheMode, CacheSettings as Cache};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct CircuitBreaker {

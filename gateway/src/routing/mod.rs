@@ -154,6 +154,7 @@ pub fn config_target(
         out.custom_host = settings.custom_host.clone();
     }
     out.override_params = settings.override_params.clone();
+    out.cache = settings.cache.clone();
     out.forward_headers = settings
         .forward_headers
         .iter()

@@ -6,18 +6,13 @@ use http::{HeaderMap, Method, StatusCode};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use plugin_sdk::store::EmptyStore;
 use plugin_sdk::{PluginDescriptor, Target};
 
 use super::*;
 
 fn build(config: Value) -> (Arc<dyn Plugin>, prometheus::Registry) {
-    let registry = prometheus::Registry::new();
-    let cx = BuildCx {
-        providers: Arc::new(EmptyStore),
-        configs: Arc::new(EmptyStore),
-        metrics: registry.clone(),
-    };
+    let cx = BuildCx::standalone();
+    let registry = cx.metrics.clone();
     let plugin = PluginDescriptor::find("guardrails")
         .expect("registered")
         .build(&config, &cx)
