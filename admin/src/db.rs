@@ -23,6 +23,23 @@ pub enum Backend {
 }
 
 impl Backend {
+    /// ` FOR UPDATE` where the database has it (PostgreSQL); SQLite's write transaction already
+    /// holds the only write lock.
+    pub fn for_update(self) -> &'static str {
+        match self {
+            Backend::Postgres => " FOR UPDATE",
+            Backend::Sqlite => "",
+        }
+    }
+
+    /// ` FOR SHARE` on PostgreSQL: waits for a write of the row in progress.
+    pub fn for_share(self) -> &'static str {
+        match self {
+            Backend::Postgres => " FOR SHARE",
+            Backend::Sqlite => "",
+        }
+    }
+
     pub fn of_url(url: &str) -> Option<Backend> {
         if url.starts_with("sqlite:") {
             Some(Backend::Sqlite)
@@ -65,6 +82,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         4,
         "users_settings_deployments",
         include_str!("../migrations/0004_users_settings_deployments.sql"),
+    ),
+    (
+        5,
+        "enforcement",
+        include_str!("../migrations/0005_enforcement.sql"),
     ),
 ];
 
@@ -279,6 +301,11 @@ pub fn redact_url(url: &str) -> String {
 pub enum Arg {
     Text(String),
     Int(i64),
+    Float(f64),
+    /// A nullable value, bound with its type (PostgreSQL types a NULL by its parameter).
+    OptText(Option<String>),
+    OptInt(Option<i64>),
+    OptFloat(Option<f64>),
 }
 
 /// A query built from pieces, numbering its placeholders `$1, $2...` as values are bound.
@@ -311,6 +338,30 @@ impl Sql {
     /// Appends a placeholder for an integer.
     pub fn int(&mut self, value: i64) -> &mut Sql {
         self.args.push(Arg::Int(value));
+        self.placeholder()
+    }
+
+    /// Appends a placeholder for a float.
+    pub fn float(&mut self, value: f64) -> &mut Sql {
+        self.args.push(Arg::Float(value));
+        self.placeholder()
+    }
+
+    /// Appends a placeholder for a text value or NULL.
+    pub fn opt_text(&mut self, value: Option<String>) -> &mut Sql {
+        self.args.push(Arg::OptText(value));
+        self.placeholder()
+    }
+
+    /// Appends a placeholder for an integer or NULL.
+    pub fn opt_int(&mut self, value: Option<i64>) -> &mut Sql {
+        self.args.push(Arg::OptInt(value));
+        self.placeholder()
+    }
+
+    /// Appends a placeholder for a float or NULL.
+    pub fn opt_float(&mut self, value: Option<f64>) -> &mut Sql {
+        self.args.push(Arg::OptFloat(value));
         self.placeholder()
     }
 
@@ -360,6 +411,10 @@ impl Sql {
             q = match arg {
                 Arg::Text(s) => q.bind(s.clone()),
                 Arg::Int(i) => q.bind(*i),
+                Arg::Float(f) => q.bind(*f),
+                Arg::OptText(s) => q.bind(s.clone()),
+                Arg::OptInt(i) => q.bind(*i),
+                Arg::OptFloat(f) => q.bind(*f),
             };
         }
         q

@@ -7,8 +7,9 @@
 //! - [`store`]: every query; each write is one transaction with its audit record;
 //! - [`authz`]: who may do what, in one place;
 //! - [`crypto`]: provider secrets encrypted at rest;
-//! - [`store::snapshot`]: what the data plane reads (saved providers and configs), published
-//!   after every change and kept current across instances;
+//! - [`store::snapshot`]: what the data plane reads (saved providers and configs, API keys,
+//!   workspaces and policies), published after every change and kept current across instances;
+//! - [`sink`]: where the data plane's plugins send audit events, settled usage and request logs;
 //! - [`api`]: the routes and their input checks ([`validate`]), errors in one place ([`error`]);
 //! - [`ControlPlane`]: what the gateway runs: the database, bootstrap, the key expiry worker,
 //!   the data plane's snapshot watcher and the router, on a runtime of their own.
@@ -19,6 +20,7 @@ pub mod crypto;
 pub mod db;
 pub mod error;
 pub mod keys;
+pub mod sink;
 pub mod store;
 pub mod time;
 pub mod validate;
@@ -30,6 +32,7 @@ use tower::ServiceExt;
 
 pub use api::{router, ClientAddr, MAX_BODY_BYTES};
 pub use error::{AdminError, ErrorKind};
+pub use sink::StoreSink;
 pub use store::{BootstrapOptions, BootstrapOutcome, Store};
 pub use store::{ConfigCheck, DataPlaneOptions, Published, Snapshot};
 
@@ -45,6 +48,7 @@ pub const CONTROL_PLANE_PREFIXES: &[&str] = &[
     "/v1/virtual-keys",
     "/v1/policies",
     "/v1/deployments",
+    "/v1/logs",
     "/v1/openapi.json",
 ];
 
@@ -158,9 +162,17 @@ impl ControlPlane {
         &self.store
     }
 
-    /// Where the data plane's plugins send audit events, settled usage and request logs.
+    /// Where the data plane's plugins send audit events, settled usage and request logs: this
+    /// control plane's database, written on its own runtime (a [`StoreSink`]). After the
+    /// control plane has stopped, every call fails with a message saying so.
     pub fn sink(&self) -> plugin_sdk::sinks::SharedSink {
-        std::sync::Arc::new(plugin_sdk::sinks::Discard)
+        match &self.runtime {
+            Some(runtime) => {
+                std::sync::Arc::new(StoreSink::new(self.store.clone(), runtime.handle().clone()))
+            }
+            // Only after drop, which takes the runtime: nothing can call this then.
+            None => std::sync::Arc::new(plugin_sdk::sinks::Discard),
+        }
     }
 
     /// What the start found or made; holds the generated admin key on a first start.
@@ -273,6 +285,8 @@ mod tests {
             "/v1/policies/rate-limits",
             "/v1/openapi.json",
             "/v1/virtual-keys",
+            "/v1/logs",
+            "/v1/logs/exports/abc/download",
         ] {
             assert!(is_control_plane_path(p), "{p}");
         }
@@ -283,6 +297,7 @@ mod tests {
             "/v1/models",
             "/v2/api-keys",
             "/v1/openapi.jsonx",
+            "/v1/logsx",
         ] {
             assert!(!is_control_plane_path(p), "{p}");
         }

@@ -10,6 +10,7 @@ mod configs;
 mod deployments;
 mod integrations;
 mod invites;
+mod logs;
 mod members;
 mod policies;
 mod providers;
@@ -117,6 +118,19 @@ pub fn router(store: Store) -> Router {
                 .delete(deployments::delete),
         )
         .route("/v1/audit-logs", get(audit_logs::list))
+        .route("/v1/logs", get(logs::list).post(logs::insert))
+        .route(
+            "/v1/logs/exports",
+            post(logs::create_export).get(logs::list_exports),
+        )
+        .route(
+            "/v1/logs/exports/{id}",
+            get(logs::get_export).put(logs::update_export),
+        )
+        .route("/v1/logs/exports/{id}/start", post(logs::start_export))
+        .route("/v1/logs/exports/{id}/cancel", post(logs::cancel_export))
+        .route("/v1/logs/exports/{id}/download", get(logs::download_export))
+        .route("/v1/logs/{id}", get(logs::get))
         .route("/v1/configs", post(configs::create).get(configs::list))
         .route(
             "/v1/configs/{slug}",

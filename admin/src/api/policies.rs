@@ -441,7 +441,7 @@ pub async fn get_usage_limits(
     let mut out = policy.to_json(true);
     if q.include_usage.unwrap_or(false) {
         out["value_key_usage_map"] =
-            Value::Object(app.store.usage_limits_entity_map(&policy.id).await?);
+            Value::Object(app.store.usage_limits_entity_map(&policy).await?);
     }
     Ok(Json(out))
 }
@@ -567,7 +567,7 @@ pub async fn usage_limits_entities(
     };
     let (total, list) = app
         .store
-        .usage_limits_entities(&policy.id, &filter, page)
+        .usage_limits_entities(&policy, &filter, page)
         .await?;
     Ok(list_envelope(
         total,

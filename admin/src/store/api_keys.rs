@@ -8,6 +8,7 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::audit::{self, AuditEntry};
+use super::usage;
 use super::{from_text, to_text, Actor, Store};
 use crate::authz::KeyKind;
 use crate::db::{Sql, Tx};
@@ -52,7 +53,12 @@ pub struct ApiKey {
     pub scopes: Vec<String>,
     pub rate_limits: Vec<RateLimit>,
     pub usage_limits: Option<UsageLimits>,
+    /// The usage counted in the budget's current reset period (0 once the period of the
+    /// stored usage has elapsed).
     pub current_usage: f64,
+    /// The reset period the stored usage was counted in, and the number of manual resets.
+    pub usage_period: i64,
+    pub reset_epoch: i64,
     pub defaults: Value,
     pub alert_emails: Vec<String>,
     pub rotation_policy: Option<Value>,
@@ -105,7 +111,8 @@ pub struct KeyChanges {
     pub alert_emails: Option<Vec<String>>,
     pub rotation_policy: Option<Option<Value>>,
     pub expires_at: Option<Option<Timestamp>>,
-    /// Sets the usage back to zero (an exhausted key becomes active).
+    /// Sets the usage back to zero (an exhausted key becomes active) and starts a new reset
+    /// epoch: what the data plane counted before no longer counts.
     pub reset_usage: bool,
 }
 
@@ -128,13 +135,24 @@ pub struct Rotated {
 }
 
 const COLUMNS: &str = "id, organisation_id, workspace_id, user_id, created_by_user_id, type, name,
-    description, key_mask, status, scopes, rate_limits, usage_limits, current_usage, defaults,
-    alert_emails, rotation_policy, expires_at, created_at, last_updated_at";
+    description, key_mask, status, scopes, rate_limits, usage_limits, current_usage,
+    usage_period, reset_epoch, defaults, alert_emails, rotation_policy, expires_at, created_at,
+    last_updated_at";
 
 fn from_row(r: &AnyRow) -> Result<ApiKey> {
     let kind: String = r.try_get("type")?;
-    let usage_limits: Option<String> = r.try_get("usage_limits")?;
+    let usage_limits: Option<UsageLimits> = r
+        .try_get::<Option<String>, _>("usage_limits")?
+        .map(|t| from_text("api_keys.usage_limits", &t))
+        .transpose()?;
     let rotation_policy: Option<String> = r.try_get("rotation_policy")?;
+    let usage_period: i64 = r.try_get("usage_period")?;
+    let (status, current_usage) = usage::shown(
+        usage_limits.as_ref().map(usage::sdk_limit).as_ref(),
+        &r.try_get::<String, _>("status")?,
+        r.try_get("current_usage")?,
+        usage_period,
+    );
     Ok(ApiKey {
         id: r.try_get("id")?,
         organisation_id: r.try_get("organisation_id")?,
@@ -145,16 +163,16 @@ fn from_row(r: &AnyRow) -> Result<ApiKey> {
         name: r.try_get("name")?,
         description: r.try_get("description")?,
         key_mask: r.try_get("key_mask")?,
-        status: r.try_get("status")?,
+        status,
         scopes: from_text("api_keys.scopes", &r.try_get::<String, _>("scopes")?)?,
         rate_limits: from_text(
             "api_keys.rate_limits",
             &r.try_get::<String, _>("rate_limits")?,
         )?,
-        usage_limits: usage_limits
-            .map(|t| from_text("api_keys.usage_limits", &t))
-            .transpose()?,
-        current_usage: r.try_get("current_usage")?,
+        usage_limits,
+        current_usage,
+        usage_period,
+        reset_epoch: r.try_get("reset_epoch")?,
         defaults: super::json_column(r, "defaults")?,
         alert_emails: from_text(
             "api_keys.alert_emails",
@@ -239,7 +257,9 @@ impl Store {
                 .workspace(key.workspace_id.as_deref()),
         )
         .await?;
+        self.data_plane_changed(&mut tx).await?;
         tx.commit().await?;
+        self.after_data_plane_change().await;
         Ok((id, raw))
     }
 
@@ -291,7 +311,13 @@ impl Store {
         .await
     }
 
-    /// Applies `changes` to a key.
+    /// Applies `changes` to a key in one transaction, which reads the key's stored status and
+    /// usage locked (a charge from the data plane waits for it, or it for the charge):
+    /// - a new `expires_at` in the future, or none, makes an expired key active again;
+    /// - `reset_usage` sets the usage to zero in a new reset epoch (exhausted -> active);
+    /// - new `usage_limits` keep the usage counted in the current period (carried into the new
+    ///   schedule's current period) and re-decide the status: exhausted at or above the new
+    ///   credit limit, active below it, so raising the limit reactivates the key at once.
     pub async fn update_api_key(
         &self,
         actor: Actor<'_>,
@@ -299,6 +325,28 @@ impl Store {
         changes: &KeyChanges,
     ) -> Result<()> {
         let now = time::now();
+        let mut tx = self.db.begin_write().await?;
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT status, usage_limits, current_usage, usage_period FROM api_keys
+             WHERE id = $1 AND organisation_id = $2{}",
+            self.db.backend().for_update()
+        )))
+        .bind(&key.id)
+        .bind(&key.organisation_id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| AdminError::not_found(format!("no API key {}", key.id)))?;
+        let stored_status: String = row.try_get("status")?;
+        let old_limits: Option<UsageLimits> = row
+            .try_get::<Option<String>, _>("usage_limits")?
+            .map(|t| from_text("api_keys.usage_limits", &t))
+            .transpose()?;
+        let stored = usage::Stored {
+            usage: row.try_get("current_usage")?,
+            period: row.try_get("usage_period")?,
+            epoch: 0,
+        };
+
         let mut sql = Sql::new("UPDATE api_keys SET last_updated_at = ");
         sql.text(time::format(now));
         if let Some(name) = &changes.name {
@@ -328,7 +376,7 @@ impl Store {
             sql.push(", rotation_policy = ");
             nullable_text(&mut sql, r.as_ref().map(to_text));
         }
-        let mut status = key.status.clone();
+        let mut status = stored_status.clone();
         if let Some(e) = &changes.expires_at {
             sql.push(", expires_at = ");
             nullable_text(&mut sql, e.map(time::format));
@@ -336,20 +384,33 @@ impl Store {
                 status = "active".into();
             }
         }
-        if changes.reset_usage {
-            sql.push(", current_usage = 0");
-            if status == "exhausted" {
-                status = "active".into();
-            }
+        let old_limit = old_limits.as_ref().map(usage::sdk_limit);
+        let new_limit = match &changes.usage_limits {
+            Some(u) => u.as_ref().map(usage::sdk_limit),
+            None => old_limit.clone(),
+        };
+        let usage_now = restate_usage(
+            &mut sql,
+            changes.reset_usage,
+            changes.usage_limits.is_some(),
+            stored,
+            old_limit.as_ref(),
+            new_limit.as_ref(),
+        );
+        if let Some(u) = usage_now {
+            status = match &new_limit {
+                Some(l) => usage::decide(&status, u, l.credit_limit),
+                None if status == "exhausted" => "active".into(),
+                None => status,
+            };
         }
-        if status != key.status {
+        if status != stored_status {
             sql.push(", status = ").text(status);
         }
         sql.push(" WHERE id = ")
             .text(key.id.clone())
             .push(" AND organisation_id = ")
             .text(key.organisation_id.clone());
-        let mut tx = self.db.begin_write().await?;
         let done = sql.query().execute(&mut *tx).await?;
         if done.rows_affected() == 0 {
             return Err(AdminError::not_found(format!("no API key {}", key.id)));
@@ -362,7 +423,9 @@ impl Store {
                 .workspace(key.workspace_id.as_deref()),
         )
         .await?;
+        self.data_plane_changed(&mut tx).await?;
         tx.commit().await?;
+        self.after_data_plane_change().await;
         Ok(())
     }
 
@@ -385,7 +448,9 @@ impl Store {
                 .workspace(key.workspace_id.as_deref()),
         )
         .await?;
+        self.data_plane_changed(&mut tx).await?;
         tx.commit().await?;
+        self.after_data_plane_change().await;
         Ok(())
     }
 
@@ -424,7 +489,9 @@ impl Store {
                 .workspace(key.workspace_id.as_deref()),
         )
         .await?;
+        self.data_plane_changed(&mut tx).await?;
         tx.commit().await?;
+        self.after_data_plane_change().await;
         Ok(Rotated {
             id: key.id.clone(),
             key: raw,
@@ -458,7 +525,13 @@ impl Store {
             )
             .await?;
         }
+        if !rows.is_empty() {
+            self.data_plane_changed(&mut tx).await?;
+        }
         tx.commit().await?;
+        if !rows.is_empty() {
+            self.after_data_plane_change().await;
+        }
         Ok(rows.len())
     }
 
@@ -469,6 +542,35 @@ impl Store {
             .fetch_optional(self.db.pool())
             .await?;
         row.map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).transpose()
+    }
+}
+
+/// For an update of a budget holder (a key, a provider): appends the usage columns that
+/// change and returns the usage that now counts, or `None` when neither a reset nor new limits
+/// touch the usage. `reset`: zero in a new reset epoch; new limits: the usage counted in the old
+/// schedule's current period, carried into the new schedule's current period.
+pub(super) fn restate_usage(
+    sql: &mut Sql,
+    reset: bool,
+    limits_changed: bool,
+    stored: usage::Stored,
+    old_limit: Option<&plugin_sdk::access::UsageLimit>,
+    new_limit: Option<&plugin_sdk::access::UsageLimit>,
+) -> Option<f64> {
+    let new_period = usage::period_now(new_limit);
+    if reset {
+        sql.push(", current_usage = 0, reset_epoch = reset_epoch + 1, usage_period = ")
+            .int(new_period);
+        Some(0.0)
+    } else if limits_changed {
+        let counted = usage::in_period(stored.usage, stored.period, usage::period_now(old_limit));
+        sql.push(", current_usage = ")
+            .float(counted)
+            .push(", usage_period = ")
+            .int(new_period);
+        Some(counted)
+    } else {
+        None
     }
 }
 

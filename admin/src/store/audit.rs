@@ -185,6 +185,85 @@ pub(crate) async fn insert_system(
     Ok(())
 }
 
+/// `user_type` of an event the data plane reports: `jwt` for a token's events (a refused
+/// JWT), `system` for the rest (a budget's alert).
+fn event_user_type(e: &plugin_sdk::sinks::AuditEvent) -> &'static str {
+    if e.resource_type == "jwt" || e.action.starts_with("auth.jwt") || e.action.starts_with("jwt") {
+        "jwt"
+    } else {
+        "system"
+    }
+}
+
+impl Store {
+    /// Records events the data plane reports (a refused JWT, a budget's alert), in one
+    /// transaction: each under its organisation, or the bootstrap organisation when it has
+    /// none; `request_body` holds its details with secrets redacted. An event about an API key
+    /// names it as `api_key_id`.
+    pub async fn record_audit_events(
+        &self,
+        events: &[plugin_sdk::sinks::AuditEvent],
+    ) -> Result<()> {
+        if events.is_empty() {
+            return Ok(());
+        }
+        let fallback = if events.iter().any(|e| e.organisation_id.is_none()) {
+            self.organisation_id().await?.ok_or_else(|| {
+                crate::error::AdminError::internal(
+                    "audit events without an organisation need a bootstrapped database",
+                )
+            })?
+        } else {
+            String::new()
+        };
+        let mut tx = self.db.begin_write().await?;
+        for e in events {
+            let details = match &e.details {
+                Value::Null => None,
+                d => Some(redact(d.clone()).to_string()),
+            };
+            let request_id = if e.request_id.is_empty() {
+                uuid::Uuid::new_v4().to_string()
+            } else {
+                e.request_id.clone()
+            };
+            let api_key_id = (e.resource_type == "api_key")
+                .then(|| e.resource_id.clone())
+                .flatten();
+            sqlx::query(
+                "INSERT INTO audit_logs (id, timestamp, organisation_id, workspace_id, user_id,
+                     user_type, api_key_id, action, resource_type, resource_id, method, uri,
+                     request_id, request_body, response_status_code, client_ip)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+            )
+            .bind(uuid::Uuid::new_v4().to_string())
+            .bind(time::format(time::now()))
+            .bind(
+                e.organisation_id
+                    .clone()
+                    .unwrap_or_else(|| fallback.clone()),
+            )
+            .bind(e.workspace_id.clone())
+            .bind(e.user_id.clone())
+            .bind(event_user_type(e))
+            .bind(api_key_id)
+            .bind(&e.action)
+            .bind(&e.resource_type)
+            .bind(e.resource_id.clone())
+            .bind(&e.method)
+            .bind(&e.uri)
+            .bind(request_id)
+            .bind(details)
+            .bind(i64::from(e.status))
+            .bind(e.client_ip.clone())
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
 /// Filters of `GET /audit-logs`.
 #[derive(Debug, Clone, Default)]
 pub struct AuditFilter {

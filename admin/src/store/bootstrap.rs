@@ -193,7 +193,10 @@ impl Store {
             &AuditEntry::new("bootstrap", "organisation").resource(&organisation_id),
         )
         .await?;
+        // The default workspace and the admin key join the data plane.
+        self.data_plane_changed(&mut tx).await?;
         tx.commit().await?;
+        self.after_data_plane_change().await;
         Ok(BootstrapOutcome::Created {
             organisation_id,
             owner_id: owner.id,

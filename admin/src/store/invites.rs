@@ -527,7 +527,14 @@ impl Store {
                 made.push((key_id, raw, ws.clone()));
             }
         }
+        // The new user's keys join the data plane.
+        if !made.is_empty() {
+            self.data_plane_changed(&mut tx).await?;
+        }
         tx.commit().await?;
+        if !made.is_empty() {
+            self.after_data_plane_change().await;
+        }
         let user = self
             .org_user(&org, &user.id)
             .await?

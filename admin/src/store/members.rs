@@ -260,7 +260,14 @@ impl Store {
                 .workspace(Some(&member.workspace_id)),
         )
         .await?;
+        // Their user keys leave the data plane.
+        if !keys.is_empty() {
+            self.data_plane_changed(&mut tx).await?;
+        }
         tx.commit().await?;
+        if !keys.is_empty() {
+            self.after_data_plane_change().await;
+        }
         Ok(())
     }
 }

@@ -2,19 +2,23 @@
 //! transaction that also records the audit entry, so a change and its record land together or
 //! not at all.
 
+pub mod access;
 mod api_keys;
 pub mod audit;
 mod auth;
 mod bootstrap;
+mod charges;
 mod configs;
 mod deployments;
 mod integrations;
 mod invites;
+pub mod logs;
 mod members;
 mod policies;
 mod providers;
 mod settings;
 pub mod snapshot;
+mod usage;
 mod users;
 mod workspaces;
 
@@ -26,6 +30,7 @@ use sqlx::Row;
 pub use api_keys::{ApiKey, KeyChanges, KeyFilter, NewKey, Rotated};
 pub use audit::{AuditEntry, AuditFilter, RequestMeta};
 pub use bootstrap::{BootstrapOptions, BootstrapOutcome};
+pub use charges::ChargeReport;
 pub use configs::{Config, ConfigChanges, ConfigFilter, ConfigVersion, NewConfig};
 pub use deployments::{Deployment, DeploymentChanges, NewDeployment};
 pub use integrations::{
@@ -45,7 +50,9 @@ pub use providers::{NewProvider, Provider, ProviderChanges, ProviderFilter};
 pub use settings::{EffectiveSettings, WorkspaceSettings};
 pub use snapshot::{ConfigCheck, DataPlaneOptions, Published, Snapshot};
 pub use users::{OrgUser, UserFilter};
-pub use workspaces::{Member, NewWorkspace, Workspace, WorkspaceChanges, WorkspaceFilter};
+pub use workspaces::{
+    BudgetUsage, Member, NewWorkspace, Workspace, WorkspaceChanges, WorkspaceFilter,
+};
 
 use crate::authz::{OrgRole, Principal};
 use crate::db::{Db, Tx};

@@ -12,6 +12,7 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::audit::{self, AuditEntry};
+use super::usage;
 use super::{from_text, to_text, Actor, Store};
 use crate::db::{Backend, Sql, Tx};
 use crate::error::{AdminError, Result};
@@ -318,14 +319,28 @@ pub struct UsageEntity {
     pub id: String,
     pub policy_id: String,
     pub value_key: String,
+    /// As stored; the API shows the usage of an elapsed period as 0 ([`UsageEntity::at`]).
     pub current_usage: f64,
     pub status: String,
+    /// The reset period the usage was counted in, and the number of manual resets.
+    pub usage_period: i64,
+    pub reset_epoch: i64,
     pub last_reset_at: Option<String>,
     pub created_at: String,
     pub last_updated_at: String,
 }
 
 impl UsageEntity {
+    /// The entity as it stands in reset period `current`: usage counted in an elapsed period
+    /// reads as 0, and the entity as active.
+    pub fn at(mut self, current: i64) -> UsageEntity {
+        if self.usage_period < current {
+            self.current_usage = 0.0;
+            self.status = "active".into();
+        }
+        self
+    }
+
     pub fn to_json(&self) -> Value {
         json!({
             "id": self.id,
@@ -349,17 +364,19 @@ pub struct EntityFilter {
     pub search: Option<String>,
 }
 
-const RATE_COLUMNS: &str = "id, organisation_id, workspace_id, name, conditions, group_by, type,
+pub(super) const RATE_COLUMNS: &str =
+    "id, organisation_id, workspace_id, name, conditions, group_by, type,
     unit, value, status, created_at, last_updated_at";
 
-const USAGE_COLUMNS: &str = "id, organisation_id, workspace_id, name, conditions, group_by, type,
+pub(super) const USAGE_COLUMNS: &str =
+    "id, organisation_id, workspace_id, name, conditions, group_by, type,
     credit_limit, alert_threshold, periodic_reset, periodic_reset_days, next_usage_reset_at,
     status, created_at, last_updated_at";
 
-const ENTITY_COLUMNS: &str =
-    "id, policy_id, value_key, current_usage, status, last_reset_at, created_at, last_updated_at";
+const ENTITY_COLUMNS: &str = "id, policy_id, value_key, current_usage, status, usage_period,
+    reset_epoch, last_reset_at, created_at, last_updated_at";
 
-fn rate_from_row(r: &AnyRow) -> Result<RateLimitsPolicy> {
+pub(super) fn rate_from_row(r: &AnyRow) -> Result<RateLimitsPolicy> {
     let kind: String = r.try_get("type")?;
     let unit: String = r.try_get("unit")?;
     Ok(RateLimitsPolicy {
@@ -384,7 +401,7 @@ fn rate_from_row(r: &AnyRow) -> Result<RateLimitsPolicy> {
     })
 }
 
-fn usage_from_row(r: &AnyRow) -> Result<UsageLimitsPolicy> {
+pub(super) fn usage_from_row(r: &AnyRow) -> Result<UsageLimitsPolicy> {
     let kind: String = r.try_get("type")?;
     let reset: Option<String> = r.try_get("periodic_reset")?;
     Ok(UsageLimitsPolicy {
@@ -421,6 +438,8 @@ fn entity_from_row(r: &AnyRow) -> Result<UsageEntity> {
         value_key: r.try_get("value_key")?,
         current_usage: r.try_get("current_usage")?,
         status: r.try_get("status")?,
+        usage_period: r.try_get("usage_period")?,
+        reset_epoch: r.try_get("reset_epoch")?,
         last_reset_at: r.try_get("last_reset_at")?,
         created_at: r.try_get("created_at")?,
         last_updated_at: r.try_get("last_updated_at")?,
@@ -564,7 +583,9 @@ impl Store {
                 .workspace(Some(workspace_id)),
         )
         .await?;
+        self.data_plane_changed(&mut tx).await?;
         tx.commit().await?;
+        self.after_data_plane_change().await;
         Ok(())
     }
 
@@ -604,7 +625,9 @@ impl Store {
                 .workspace(Some(&new.workspace_id)),
         )
         .await?;
+        self.data_plane_changed(&mut tx).await?;
         tx.commit().await?;
+        self.after_data_plane_change().await;
         Ok(id)
     }
 
@@ -684,7 +707,9 @@ impl Store {
                 .workspace(Some(&current.workspace_id)),
         )
         .await?;
+        self.data_plane_changed(&mut tx).await?;
         tx.commit().await?;
+        self.after_data_plane_change().await;
         Ok(())
     }
 
@@ -744,7 +769,9 @@ impl Store {
                 .workspace(Some(&new.workspace_id)),
         )
         .await?;
+        self.data_plane_changed(&mut tx).await?;
         tx.commit().await?;
+        self.after_data_plane_change().await;
         Ok(id)
     }
 
@@ -817,12 +844,28 @@ impl Store {
         .bind(&next.id)
         .execute(&mut *tx)
         .await?;
-        if next.credit_limit != current.credit_limit {
-            restate_entities(&mut tx, &next.id, next.credit_limit, &now).await?;
+        let old_period = usage::period_now(Some(&usage::policy_limit(&current)));
+        let new_period = usage::period_now(Some(&usage::policy_limit(&next)));
+        if next.credit_limit != current.credit_limit || old_period != new_period {
+            restate_entities(
+                &mut tx,
+                &next.id,
+                next.credit_limit,
+                old_period,
+                new_period,
+                &now,
+            )
+            .await?;
         }
         if let Some(value_key) = &changes.reset_usage_for_value {
-            let done =
-                reset_entity(&mut tx, &next.id, EntityRef::ValueKey(value_key), &now).await?;
+            let done = reset_entity(
+                &mut tx,
+                &next.id,
+                EntityRef::ValueKey(value_key),
+                new_period,
+                &now,
+            )
+            .await?;
             if done.is_none() {
                 return Err(AdminError::reference(format!(
                     "reset_usage_for_value: the policy has no entity {value_key:?}"
@@ -837,7 +880,9 @@ impl Store {
                 .workspace(Some(&next.workspace_id)),
         )
         .await?;
+        self.data_plane_changed(&mut tx).await?;
         tx.commit().await?;
+        self.after_data_plane_change().await;
         Ok(())
     }
 
@@ -857,17 +902,31 @@ impl Store {
         .await
     }
 
-    /// The entities a usage limits policy has counted, newest first, and how many match.
+    /// The entities a usage limits policy has counted, newest first, and how many match, as
+    /// they stand in the policy's current reset period (usage of an elapsed period reads as 0,
+    /// the entity as active; the status filter reads them so too).
     pub async fn usage_limits_entities(
         &self,
-        policy_id: &str,
+        policy: &UsageLimitsPolicy,
         filter: &EntityFilter,
         page: Page,
     ) -> Result<(i64, Vec<UsageEntity>)> {
+        let current = usage::period_now(Some(&usage::policy_limit(policy)));
         let mut cond = Sql::new(" FROM usage_limits_policy_entities WHERE policy_id = ");
-        cond.text(policy_id);
-        if let Some(s) = &filter.status {
-            cond.push(" AND status = ").text(s.clone());
+        cond.text(policy.id.clone());
+        match filter.status.as_deref() {
+            Some("exhausted") => {
+                cond.push(" AND status = 'exhausted' AND usage_period >= ")
+                    .int(current);
+            }
+            Some(s) => {
+                cond.push(" AND (status = ")
+                    .text(s.to_owned())
+                    .push(" OR usage_period < ")
+                    .int(current)
+                    .push(")");
+            }
+            None => {}
         }
         if let Some(s) = &filter.search {
             cond.push(" AND LOWER(value_key) LIKE ")
@@ -879,23 +938,28 @@ impl Store {
             ENTITY_COLUMNS,
             "created_at DESC, id DESC",
             page,
-            entity_from_row,
+            |r| entity_from_row(r).map(|e| e.at(current)),
         )
         .await
     }
 
-    /// Every entity of a policy (for `include_usage`), by value key.
-    pub async fn usage_limits_entity_map(&self, policy_id: &str) -> Result<Map<String, Value>> {
+    /// Every entity of a policy (for `include_usage`), by value key, as it stands in the
+    /// policy's current reset period.
+    pub async fn usage_limits_entity_map(
+        &self,
+        policy: &UsageLimitsPolicy,
+    ) -> Result<Map<String, Value>> {
+        let current = usage::period_now(Some(&usage::policy_limit(policy)));
         let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {ENTITY_COLUMNS} FROM usage_limits_policy_entities WHERE policy_id = $1
              ORDER BY value_key"
         )))
-        .bind(policy_id)
+        .bind(&policy.id)
         .fetch_all(self.db.pool())
         .await?;
         let mut map = Map::new();
         for r in &rows {
-            let e = entity_from_row(r)?;
+            let e = entity_from_row(r)?.at(current);
             map.insert(
                 e.value_key,
                 json!({"current_usage": e.current_usage, "status": e.status}),
@@ -913,25 +977,24 @@ impl Store {
         entity: &str,
     ) -> Result<UsageEntity> {
         let mut tx = self.db.begin_write().await?;
-        let active: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT id FROM usage_limits_policies
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {USAGE_COLUMNS} FROM usage_limits_policies
              WHERE id = $1 AND organisation_id = $2 AND status = 'active'{}",
             for_share(self.db.backend())
         )))
         .bind(&policy.id)
         .bind(&policy.organisation_id)
         .fetch_optional(&mut *tx)
-        .await?;
-        if active.is_none() {
-            return Err(no_policy("usage limits", &policy.id));
-        }
+        .await?
+        .ok_or_else(|| no_policy("usage limits", &policy.id))?;
+        let current = usage::period_now(Some(&usage::policy_limit(&usage_from_row(&row)?)));
         let by = if crate::validate::is_uuid(entity) {
             EntityRef::Id(entity)
         } else {
             EntityRef::ValueKey(entity)
         };
         let now = time::format(time::now());
-        let reset = reset_entity(&mut tx, &policy.id, by, &now)
+        let reset = reset_entity(&mut tx, &policy.id, by, current, &now)
             .await?
             .ok_or_else(|| {
                 AdminError::not_found(format!("the policy {} has no entity {entity:?}", policy.id))
@@ -944,14 +1007,17 @@ impl Store {
                 .workspace(Some(&policy.workspace_id)),
         )
         .await?;
+        self.data_plane_changed(&mut tx).await?;
         tx.commit().await?;
+        self.after_data_plane_change().await;
         Ok(reset)
     }
 
-    /// Adds `amount` to what an active usage limits policy has counted for `value_key` (the
-    /// entity is made on its first charge) and returns the entity: exhausted once its usage
-    /// reaches the credit limit. For the data plane's enforcement; not a control-plane request,
-    /// so not in the audit log.
+    /// Adds `amount` to what an active usage limits policy has counted for `value_key` in the
+    /// policy's current reset period and the entity's current reset epoch (the entity is made
+    /// on its first charge) and returns the entity: exhausted once its usage reaches the credit
+    /// limit. For tests and tools; the data plane charges through
+    /// [`Store::apply_usage_charges`]. Not a control-plane request, so not in the audit log.
     pub async fn charge_usage_limits_policy(
         &self,
         policy_id: &str,
@@ -964,53 +1030,115 @@ impl Store {
             )));
         }
         let mut tx = self.db.begin_write().await?;
-        let limit: Option<f64> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT credit_limit FROM usage_limits_policies WHERE id = $1 AND status = 'active'{}",
-            for_share(self.db.backend())
-        )))
-        .bind(policy_id)
-        .fetch_optional(&mut *tx)
-        .await?;
-        let limit = limit.ok_or_else(|| no_policy("usage limits", policy_id))?;
-        let now = time::format(time::now());
-        sqlx::query(
-            "INSERT INTO usage_limits_policy_entities (id, policy_id, value_key, current_usage,
-                 status, created_at, last_updated_at)
-             VALUES ($1, $2, $3, 0, 'active', $4, $4)
-             ON CONFLICT (policy_id, value_key) DO NOTHING",
+        let charged = charge_entity(
+            &mut tx,
+            self.db.backend(),
+            policy_id,
+            value_key,
+            amount,
+            None,
         )
-        .bind(uuid::Uuid::new_v4().to_string())
-        .bind(policy_id)
-        .bind(value_key)
-        .bind(&now)
-        .execute(&mut *tx)
         .await?;
-        sqlx::query(
-            "UPDATE usage_limits_policy_entities
-             SET current_usage = current_usage + $1,
-                 status = CASE WHEN current_usage + $1 >= $2 THEN 'exhausted' ELSE status END,
-                 last_updated_at = $3
-             WHERE policy_id = $4 AND value_key = $5",
-        )
-        .bind(amount)
-        .bind(limit)
-        .bind(&now)
-        .bind(policy_id)
-        .bind(value_key)
-        .execute(&mut *tx)
-        .await?;
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {ENTITY_COLUMNS} FROM usage_limits_policy_entities
-             WHERE policy_id = $1 AND value_key = $2"
-        )))
-        .bind(policy_id)
-        .bind(value_key)
-        .fetch_one(&mut *tx)
-        .await?;
-        let entity = entity_from_row(&row)?;
+        let entity = match charged {
+            EntityCharge::Charged(e) => e,
+            EntityCharge::NoPolicy => return Err(no_policy("usage limits", policy_id)),
+            EntityCharge::Dropped => {
+                return Err(AdminError::internal(
+                    "the charge was dropped: the entity is ahead of the policy's schedule",
+                ))
+            }
+        };
         tx.commit().await?;
         Ok(entity)
     }
+}
+
+/// What became of a charge of a policy's entity.
+pub(super) enum EntityCharge {
+    /// The policy is not active (archived, or gone): nothing to charge.
+    NoPolicy,
+    /// Counted before the entity's last reset, or in an elapsed period: not added.
+    Dropped,
+    Charged(UsageEntity),
+}
+
+/// Charges an entity of an active policy in `tx` (made on its first charge), the entity's row
+/// locked. `at`: the (period, reset epoch) the usage was counted in; `None`: now, in the
+/// entity's current epoch. The entity is exhausted once its usage reaches the credit limit.
+pub(super) async fn charge_entity(
+    tx: &mut Tx,
+    backend: Backend,
+    policy_id: &str,
+    value_key: &str,
+    amount: f64,
+    at: Option<(i64, i64)>,
+) -> Result<EntityCharge> {
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {USAGE_COLUMNS} FROM usage_limits_policies WHERE id = $1 AND status = 'active'{}",
+        for_share(backend)
+    )))
+    .bind(policy_id)
+    .fetch_optional(&mut **tx)
+    .await?;
+    let Some(row) = row else {
+        return Ok(EntityCharge::NoPolicy);
+    };
+    let policy = usage_from_row(&row)?;
+    let now = time::format(time::now());
+    sqlx::query(
+        "INSERT INTO usage_limits_policy_entities (id, policy_id, value_key, current_usage,
+             status, created_at, last_updated_at)
+         VALUES ($1, $2, $3, 0, 'active', $4, $4)
+         ON CONFLICT (policy_id, value_key) DO NOTHING",
+    )
+    .bind(uuid::Uuid::new_v4().to_string())
+    .bind(policy_id)
+    .bind(value_key)
+    .bind(&now)
+    .execute(&mut **tx)
+    .await?;
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {ENTITY_COLUMNS} FROM usage_limits_policy_entities
+         WHERE policy_id = $1 AND value_key = $2{}",
+        for_update(backend)
+    )))
+    .bind(policy_id)
+    .bind(value_key)
+    .fetch_one(&mut **tx)
+    .await?;
+    let mut entity = entity_from_row(&row)?;
+    let (period, epoch) = at.unwrap_or_else(|| {
+        (
+            usage::period_now(Some(&usage::policy_limit(&policy))),
+            entity.reset_epoch,
+        )
+    });
+    let stored = usage::Stored {
+        usage: entity.current_usage,
+        period: entity.usage_period,
+        epoch: entity.reset_epoch,
+    };
+    let Some((used, period)) = usage::settle(stored, amount, period, epoch) else {
+        return Ok(EntityCharge::Dropped);
+    };
+    let status = usage::decide(&entity.status, used, policy.credit_limit);
+    sqlx::query(
+        "UPDATE usage_limits_policy_entities
+         SET current_usage = $1, usage_period = $2, status = $3, last_updated_at = $4
+         WHERE id = $5",
+    )
+    .bind(used)
+    .bind(period)
+    .bind(&status)
+    .bind(&now)
+    .bind(&entity.id)
+    .execute(&mut **tx)
+    .await?;
+    entity.current_usage = used;
+    entity.usage_period = period;
+    entity.status = status;
+    entity.last_updated_at = now;
+    Ok(EntityCharge::Charged(entity))
 }
 
 enum EntityRef<'a> {
@@ -1018,11 +1146,13 @@ enum EntityRef<'a> {
     ValueKey(&'a str),
 }
 
-/// Usage back to zero and active; `None` when the policy has no such entity.
+/// Usage back to zero and active, in reset period `period` and a new reset epoch (what the
+/// data plane counted before no longer counts); `None` when the policy has no such entity.
 async fn reset_entity(
     tx: &mut Tx,
     policy_id: &str,
     by: EntityRef<'_>,
+    period: i64,
     now: &str,
 ) -> Result<Option<UsageEntity>> {
     let (column, value) = match by {
@@ -1031,9 +1161,11 @@ async fn reset_entity(
     };
     let done = sqlx::query(sqlx::AssertSqlSafe(format!(
         "UPDATE usage_limits_policy_entities
-         SET current_usage = 0, status = 'active', last_reset_at = $1, last_updated_at = $1
-         WHERE policy_id = $2 AND {column} = $3"
+         SET current_usage = 0, status = 'active', usage_period = $1,
+             reset_epoch = reset_epoch + 1, last_reset_at = $2, last_updated_at = $2
+         WHERE policy_id = $3 AND {column} = $4"
     )))
+    .bind(period)
     .bind(now)
     .bind(policy_id)
     .bind(&value)
@@ -1053,9 +1185,31 @@ async fn reset_entity(
     entity_from_row(&row).map(Some)
 }
 
-/// After a credit limit change: entities below the new limit are active, the others exhausted
-/// (the spec's state table: raising the limit reactivates an exhausted entity at once).
-async fn restate_entities(tx: &mut Tx, policy_id: &str, limit: f64, now: &str) -> Result<()> {
+/// After a change of a policy's credit limit or schedule: each entity keeps the usage counted
+/// in the old schedule's current period (`old_period`), carried into the new one
+/// (`new_period`), usage of an elapsed period drops to zero; then entities below the new limit
+/// are active, the others exhausted (the spec's state table: raising the limit reactivates an
+/// exhausted entity at once).
+async fn restate_entities(
+    tx: &mut Tx,
+    policy_id: &str,
+    limit: f64,
+    old_period: i64,
+    new_period: i64,
+    now: &str,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE usage_limits_policy_entities
+         SET current_usage = CASE WHEN usage_period < $1 THEN 0 ELSE current_usage END,
+             usage_period = $2, last_updated_at = $3
+         WHERE policy_id = $4 AND usage_period <> $2",
+    )
+    .bind(old_period)
+    .bind(new_period)
+    .bind(now)
+    .bind(policy_id)
+    .execute(&mut **tx)
+    .await?;
     sqlx::query(
         "UPDATE usage_limits_policy_entities SET status = 'active', last_updated_at = $1
          WHERE policy_id = $2 AND status = 'exhausted' AND current_usage < $3",

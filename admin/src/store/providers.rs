@@ -8,8 +8,10 @@ use serde_json::{json, Value};
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
+use super::api_keys::restate_usage;
 use super::audit::{self, AuditEntry};
 use super::integrations::{self, nullable, NewIntegration};
+use super::usage;
 use super::{from_text, to_text, Actor, Store};
 use crate::db::{Sql, Tx};
 use crate::error::{is_foreign_key_violation, is_unique_violation, AdminError, Result};
@@ -47,7 +49,12 @@ pub struct Provider {
     /// As stored; see [`Provider::status`].
     pub stored_status: String,
     pub usage_limits: Option<UsageLimits>,
+    /// The usage counted in the budget's current reset period (0 once the period of the
+    /// stored usage has elapsed).
     pub current_usage: f64,
+    /// The reset period the stored usage was counted in, and the number of manual resets.
+    pub usage_period: i64,
+    pub reset_epoch: i64,
     pub rate_limits: Vec<RateLimit>,
     pub tags: BTreeMap<String, String>,
     pub expires_at: Option<String>,
@@ -133,7 +140,7 @@ pub struct ProviderChanges {
     pub rate_limits: Option<Vec<RateLimit>>,
     pub expires_at: Option<Option<Timestamp>>,
     pub tags: Option<BTreeMap<String, String>>,
-    /// Usage back to zero (an exhausted provider becomes active).
+    /// Usage back to zero in a new reset epoch (an exhausted provider becomes active).
     pub reset_usage: bool,
 }
 
@@ -148,13 +155,23 @@ pub struct ProviderFilter {
 
 const COLUMNS: &str = "p.id, p.organisation_id, p.workspace_id, p.integration_id,
     i.slug AS integration_slug, i.origin AS integration_origin, i.ai_provider_id, i.key_mask,
-    p.slug, p.name, p.note, p.status, p.usage_limits, p.current_usage, p.rate_limits, p.tags,
-    p.expires_at, p.created_at, p.last_updated_at";
+    p.slug, p.name, p.note, p.status, p.usage_limits, p.current_usage, p.usage_period,
+    p.reset_epoch, p.rate_limits, p.tags, p.expires_at, p.created_at, p.last_updated_at";
 
 const FROM: &str = " FROM providers p JOIN integrations i ON i.id = p.integration_id";
 
 fn from_row(r: &AnyRow) -> Result<Provider> {
-    let usage: Option<String> = r.try_get("usage_limits")?;
+    let usage_limits: Option<UsageLimits> = r
+        .try_get::<Option<String>, _>("usage_limits")?
+        .map(|u| from_text("providers.usage_limits", &u))
+        .transpose()?;
+    let usage_period: i64 = r.try_get("usage_period")?;
+    let (stored_status, current_usage) = usage::shown(
+        usage_limits.as_ref().map(usage::sdk_limit).as_ref(),
+        &r.try_get::<String, _>("status")?,
+        r.try_get("current_usage")?,
+        usage_period,
+    );
     Ok(Provider {
         id: r.try_get("id")?,
         organisation_id: r.try_get("organisation_id")?,
@@ -167,11 +184,11 @@ fn from_row(r: &AnyRow) -> Result<Provider> {
         slug: r.try_get("slug")?,
         name: r.try_get("name")?,
         note: r.try_get("note")?,
-        stored_status: r.try_get("status")?,
-        usage_limits: usage
-            .map(|u| from_text("providers.usage_limits", &u))
-            .transpose()?,
-        current_usage: r.try_get("current_usage")?,
+        stored_status,
+        usage_limits,
+        current_usage,
+        usage_period,
+        reset_epoch: r.try_get("reset_epoch")?,
         rate_limits: from_text(
             "providers.rate_limits",
             &r.try_get::<String, _>("rate_limits")?,
@@ -330,6 +347,29 @@ impl Store {
         key: Option<&str>,
     ) -> Result<()> {
         let now = time::now();
+        let mut tx = self.db.begin_write().await?;
+        // The stored status and usage, locked: a charge from the data plane waits for this
+        // update, or it for the charge.
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT status, usage_limits, current_usage, usage_period FROM providers
+             WHERE id = $1 AND organisation_id = $2{}",
+            self.db.backend().for_update()
+        )))
+        .bind(&provider.id)
+        .bind(&provider.organisation_id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or_else(|| AdminError::not_found(format!("no provider {}", provider.slug)))?;
+        let stored_status: String = row.try_get("status")?;
+        let old_limits: Option<UsageLimits> = row
+            .try_get::<Option<String>, _>("usage_limits")?
+            .map(|t| from_text("providers.usage_limits", &t))
+            .transpose()?;
+        let stored = usage::Stored {
+            usage: row.try_get("current_usage")?,
+            period: row.try_get("usage_period")?,
+            epoch: 0,
+        };
         let mut sql = Sql::new("UPDATE providers SET last_updated_at = ");
         sql.text(time::format(now));
         if let Some(name) = &changes.name {
@@ -349,7 +389,7 @@ impl Store {
         if let Some(t) = &changes.tags {
             sql.push(", tags = ").text(to_text(t));
         }
-        let mut status = provider.stored_status.clone();
+        let mut status = stored_status.clone();
         if let Some(e) = &changes.expires_at {
             sql.push(", expires_at = ");
             nullable(&mut sql, e.map(time::format));
@@ -357,13 +397,27 @@ impl Store {
                 status = "active".into();
             }
         }
-        if changes.reset_usage {
-            sql.push(", current_usage = 0");
-            if status == "exhausted" {
-                status = "active".into();
-            }
+        let old_limit = old_limits.as_ref().map(usage::sdk_limit);
+        let new_limit = match &changes.usage_limits {
+            Some(u) => u.as_ref().map(usage::sdk_limit),
+            None => old_limit.clone(),
+        };
+        let usage_now = restate_usage(
+            &mut sql,
+            changes.reset_usage,
+            changes.usage_limits.is_some(),
+            stored,
+            old_limit.as_ref(),
+            new_limit.as_ref(),
+        );
+        if let Some(u) = usage_now {
+            status = match &new_limit {
+                Some(l) => usage::decide(&status, u, l.credit_limit),
+                None if status == "exhausted" => "active".into(),
+                None => status,
+            };
         }
-        if status != provider.stored_status {
+        if status != stored_status {
             sql.push(", status = ").text(status);
         }
         sql.push(" WHERE id = ")
@@ -377,7 +431,6 @@ impl Store {
             )),
             None => None,
         };
-        let mut tx = self.db.begin_write().await?;
         let done = sql.query().execute(&mut *tx).await?;
         if done.rows_affected() == 0 {
             return Err(AdminError::not_found(format!(

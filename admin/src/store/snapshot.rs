@@ -1,5 +1,7 @@
 //! What the data plane reads from the control plane — saved providers (with their decrypted
-//! secrets) and saved configs — published as an immutable [`Snapshot`] behind an `ArcSwap`.
+//! secrets), saved configs, and the access data of enforcement (API keys, workspaces, active
+//! rate and usage limits policies: [`super::access`]) — published as an immutable
+//! [`Snapshot`] behind an `ArcSwap`.
 //!
 //! - Every change the data plane reads bumps `data_plane_version` in its own transaction
 //!   ([`changed`]) and, with PostgreSQL, sends `NOTIFY gw_data_plane` (delivered on commit).
@@ -10,7 +12,12 @@
 //! - A request reads the current snapshot: a pointer load and a hash lookup, no query.
 //!
 //! Each rebuild reads everything (providers joined with their integrations, configs with their
-//! current version): simple, and fast enough for the thousands of rows a control plane holds.
+//! current version, keys, workspaces, policies): simple, and fast enough for the thousands of
+//! rows a control plane holds.
+//!
+//! Usage the data plane charges ([`Store::apply_usage_charges`]) does not bump the version: the
+//! data plane's own counters are the live truth, and the counted usage in a snapshot only seeds
+//! them. A rebuild for any other reason picks the stored usage up.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -91,6 +98,8 @@ pub struct Snapshot {
     providers: HashMap<String, Entry>,
     /// By slug and by id.
     configs: HashMap<String, Arc<Value>>,
+    /// Keys, workspaces and policies.
+    access: super::access::AccessData,
 }
 
 impl Snapshot {
@@ -117,10 +126,16 @@ impl Snapshot {
     pub fn provider_count(&self) -> usize {
         self.providers.len()
     }
+
+    /// The keys, workspaces and policies of this snapshot.
+    pub fn access(&self) -> &super::access::AccessData {
+        &self.access
+    }
 }
 
 /// The published snapshot: cheap to clone, read without locks. It implements the plugin SDK's
-/// [`ProviderStore`] and [`ConfigStore`], which is how the gateway reads it.
+/// [`ProviderStore`], [`ConfigStore`] and [`plugin_sdk::AccessStore`], which is how the gateway
+/// and its plugins read it.
 #[derive(Clone)]
 pub struct Published(Arc<ArcSwap<Snapshot>>);
 
@@ -159,18 +174,31 @@ impl ConfigStore for Published {
     }
 }
 
+/// What the auth, rate limit and usage limit plugins read: a pointer load and a hash lookup.
 impl plugin_sdk::AccessStore for Published {
-    fn api_key(&self, _digest: &[u8; 32]) -> Option<Arc<plugin_sdk::access::ApiKeyRecord>> {
-        None
+    fn api_key(&self, digest: &[u8; 32]) -> Option<Arc<plugin_sdk::access::ApiKeyRecord>> {
+        self.0
+            .load()
+            .access
+            .api_key(digest, std::time::SystemTime::now())
     }
-    fn workspace(&self, _id: &str) -> Option<Arc<plugin_sdk::access::WorkspaceRecord>> {
-        None
+    fn api_key_with_digest(
+        &self,
+        digest: &[u8; 32],
+    ) -> Option<(Arc<plugin_sdk::access::ApiKeyRecord>, [u8; 32])> {
+        self.0
+            .load()
+            .access
+            .api_key_with_digest(digest, std::time::SystemTime::now())
+    }
+    fn workspace(&self, id: &str) -> Option<Arc<plugin_sdk::access::WorkspaceRecord>> {
+        self.0.load().access.workspace(id)
     }
     fn rate_limit_policies(&self) -> Arc<[plugin_sdk::access::RateLimitPolicy]> {
-        Arc::from(Vec::new())
+        self.0.load().access.rate_limit_policies()
     }
     fn usage_limit_policies(&self) -> Arc<[plugin_sdk::access::UsageLimitPolicy]> {
-        Arc::from(Vec::new())
+        self.0.load().access.usage_limit_policies()
     }
     fn version(&self) -> i64 {
         self.0.load().version
@@ -353,10 +381,15 @@ impl Store {
             return Ok(false);
         }
         let snapshot = self.build_snapshot(version).await?;
+        let (keys, workspaces, rate_policies, usage_policies) = snapshot.access.counts();
         tracing::debug!(
             version,
             providers = snapshot.providers.len(),
             configs = snapshot.configs.len(),
+            keys,
+            workspaces,
+            rate_policies,
+            usage_policies,
             "data plane snapshot published"
         );
         self.data_plane.published.0.store(Arc::new(snapshot));
@@ -457,6 +490,7 @@ impl Store {
             snapshot.configs.insert(id, config.clone());
             snapshot.configs.insert(slug, config);
         }
+        snapshot.access = super::access::load(&self.db).await?;
         Ok(snapshot)
     }
 

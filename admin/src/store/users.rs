@@ -225,7 +225,14 @@ impl Store {
             &AuditEntry::new("delete", "user").resource(&user.id),
         )
         .await?;
+        // Their keys leave the data plane.
+        if !keys.is_empty() {
+            self.data_plane_changed(&mut tx).await?;
+        }
         tx.commit().await?;
+        if !keys.is_empty() {
+            self.after_data_plane_change().await;
+        }
         Ok(())
     }
 }

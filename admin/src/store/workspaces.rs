@@ -5,9 +5,10 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::audit::{self, AuditEntry};
+use super::usage;
 use super::{from_text, to_text, Actor, Store};
 use crate::authz::WorkspaceRole;
-use crate::db::{Sql, Tx};
+use crate::db::{Db, Sql, Tx};
 use crate::error::{is_foreign_key_violation, is_unique_violation, AdminError, Result};
 use crate::time;
 use crate::validate::{Page, RateLimit, UsageLimits};
@@ -39,6 +40,31 @@ pub struct Workspace {
     pub status: String,
     pub created_at: String,
     pub last_updated_at: String,
+    /// What each item of `usage_limits` has counted, same order (zero for an item never
+    /// charged).
+    pub budget_usage: Vec<BudgetUsage>,
+}
+
+/// What one workspace budget (an item of its `usage_limits`) has counted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetUsage {
+    /// The usage of the current reset period (0 once the period of the stored usage elapsed).
+    pub current_usage: f64,
+    pub usage_period: i64,
+    pub reset_epoch: i64,
+    /// `active` or `exhausted` (usage at or above the item's credit limit).
+    pub status: String,
+}
+
+impl Default for BudgetUsage {
+    fn default() -> Self {
+        BudgetUsage {
+            current_usage: 0.0,
+            usage_period: 0,
+            reset_epoch: 0,
+            status: "active".into(),
+        }
+    }
 }
 
 impl Workspace {
@@ -46,10 +72,11 @@ impl Workspace {
         let usage_limits: Vec<Value> = self
             .usage_limits
             .iter()
-            .map(|u| {
+            .enumerate()
+            .map(|(i, u)| {
                 let mut v = serde_json::to_value(u).expect("usage limits serialise");
-                // Budgets are charged by the data plane in a later version: nothing used yet.
-                v["current_usage"] = json!(0.0);
+                let used = self.budget_usage.get(i).map_or(0.0, |b| b.current_usage);
+                v["current_usage"] = json!(used);
                 v
             })
             .collect();
@@ -142,7 +169,112 @@ fn from_row(r: &AnyRow) -> Result<Workspace> {
         status: r.try_get("status")?,
         created_at: r.try_get("created_at")?,
         last_updated_at: r.try_get("last_updated_at")?,
+        budget_usage: Vec::new(),
     })
+}
+
+/// Fills `budget_usage` of each workspace from `workspace_budget_usage` (one query), as the
+/// API shows it: the usage of an elapsed period reads as 0.
+async fn attach_budget_usage(db: &Db, list: &mut [Workspace]) -> Result<()> {
+    for ws in list.iter_mut() {
+        ws.budget_usage = vec![BudgetUsage::default(); ws.usage_limits.len()];
+    }
+    if list.iter().all(|w| w.usage_limits.is_empty()) {
+        return Ok(());
+    }
+    let mut sql = Sql::new(
+        "SELECT workspace_id, budget_index, current_usage, usage_period, reset_epoch, status
+         FROM workspace_budget_usage WHERE workspace_id IN (",
+    );
+    for (i, ws) in list.iter().enumerate() {
+        if i > 0 {
+            sql.push(", ");
+        }
+        sql.text(ws.id.clone());
+    }
+    sql.push(")");
+    for r in sql.query().fetch_all(db.pool()).await? {
+        let id: String = r.try_get("workspace_id")?;
+        let index: i64 = r.try_get("budget_index")?;
+        let Some(ws) = list.iter_mut().find(|w| w.id == id) else {
+            continue;
+        };
+        let Some(limit) = usize::try_from(index)
+            .ok()
+            .and_then(|i| ws.usage_limits.get(i))
+        else {
+            continue;
+        };
+        let period: i64 = r.try_get("usage_period")?;
+        let (status, current_usage) = usage::shown(
+            Some(&usage::sdk_limit(limit)),
+            &r.try_get::<String, _>("status")?,
+            r.try_get("current_usage")?,
+            period,
+        );
+        ws.budget_usage[index as usize] = BudgetUsage {
+            current_usage,
+            usage_period: period,
+            reset_epoch: r.try_get("reset_epoch")?,
+            status,
+        };
+    }
+    Ok(())
+}
+
+/// After a change of a workspace's `usage_limits` (in its transaction, the workspace row
+/// locked): each item keeps the usage counted in its current period, carried into the new
+/// schedule's current period, and its status is re-decided against the new credit limit (so
+/// raising it reactivates an exhausted budget at once); usage of items past the end of the new
+/// list is removed. Items are matched by position.
+async fn restate_budgets(
+    tx: &mut Tx,
+    workspace_id: &str,
+    old: &[UsageLimits],
+    new: &[UsageLimits],
+) -> Result<()> {
+    let now = time::format(time::now());
+    sqlx::query(
+        "DELETE FROM workspace_budget_usage WHERE workspace_id = $1 AND budget_index >= $2",
+    )
+    .bind(workspace_id)
+    .bind(new.len() as i64)
+    .execute(&mut **tx)
+    .await?;
+    let rows = sqlx::query(
+        "SELECT budget_index, current_usage, usage_period FROM workspace_budget_usage
+         WHERE workspace_id = $1",
+    )
+    .bind(workspace_id)
+    .fetch_all(&mut **tx)
+    .await?;
+    for r in &rows {
+        let index: i64 = r.try_get("budget_index")?;
+        let Some(limit) = usize::try_from(index).ok().and_then(|i| new.get(i)) else {
+            continue;
+        };
+        let old_limit = old.get(index as usize).map(usage::sdk_limit);
+        let new_limit = usage::sdk_limit(limit);
+        let counted = usage::in_period(
+            r.try_get("current_usage")?,
+            r.try_get("usage_period")?,
+            usage::period_now(old_limit.as_ref()),
+        );
+        sqlx::query(
+            "UPDATE workspace_budget_usage
+             SET current_usage = $1, usage_period = $2, status = $3, last_updated_at = $4
+             WHERE workspace_id = $5 AND budget_index = $6",
+        )
+        .bind(counted)
+        .bind(usage::period_now(Some(&new_limit)))
+        .bind(usage::decide("active", counted, new_limit.credit_limit))
+        .bind(&now)
+        .bind(workspace_id)
+        .bind(index)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
 }
 
 /// Inserts a workspace and its members; returns it.
@@ -220,6 +352,7 @@ pub(super) async fn insert(
         status: "active".into(),
         created_at: now.clone(),
         last_updated_at: now,
+        budget_usage: vec![BudgetUsage::default(); new.usage_limits.len()],
     })
 }
 
@@ -239,7 +372,9 @@ impl Store {
                 .workspace(Some(&ws.id)),
         )
         .await?;
+        self.data_plane_changed(&mut tx).await?;
         tx.commit().await?;
+        self.after_data_plane_change().await;
         Ok(ws)
     }
 
@@ -265,7 +400,11 @@ impl Store {
         .bind(organisation_id)
         .fetch_optional(self.db.pool())
         .await?;
-        row.as_ref().map(from_row).transpose()
+        let Some(mut ws) = row.as_ref().map(from_row).transpose()? else {
+            return Ok(None);
+        };
+        attach_budget_usage(&self.db, std::slice::from_mut(&mut ws)).await?;
+        Ok(Some(ws))
     }
 
     /// Workspaces of the organisation, oldest first, and how many match in all.
@@ -288,8 +427,11 @@ impl Store {
         if let Some(status) = &filter.status {
             cond.push(" AND status = ").text(status.clone());
         }
-        cond.select_page(&self.db, COLUMNS, "created_at, id", page, from_row)
-            .await
+        let (total, mut list) = cond
+            .select_page(&self.db, COLUMNS, "created_at, id", page, from_row)
+            .await?;
+        attach_budget_usage(&self.db, &mut list).await?;
+        Ok((total, list))
     }
 
     /// The members of a workspace.
@@ -350,9 +492,24 @@ impl Store {
             .push(" AND organisation_id = ")
             .text(ws.organisation_id.clone());
         let mut tx = self.db.begin_write().await?;
+        // The stored budgets, locked: a charge of one of them waits for this update.
+        let stored: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT usage_limits FROM workspaces WHERE id = $1 AND organisation_id = $2{}",
+            self.db.backend().for_update()
+        )))
+        .bind(&ws.id)
+        .bind(&ws.organisation_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let stored =
+            stored.ok_or_else(|| AdminError::not_found(format!("no workspace {}", ws.id)))?;
+        let old_limits: Vec<UsageLimits> = from_text("workspaces.usage_limits", &stored)?;
         let done = sql.query().execute(&mut *tx).await?;
         if done.rows_affected() == 0 {
             return Err(AdminError::not_found(format!("no workspace {}", ws.id)));
+        }
+        if let Some(new_limits) = &changes.usage_limits {
+            restate_budgets(&mut tx, &ws.id, &old_limits, new_limits).await?;
         }
         audit::insert(
             &mut tx,
@@ -362,7 +519,9 @@ impl Store {
                 .workspace(Some(&ws.id)),
         )
         .await?;
+        self.data_plane_changed(&mut tx).await?;
         tx.commit().await?;
+        self.after_data_plane_change().await;
         Ok(())
     }
 

@@ -180,6 +180,36 @@ impl App {
         (status, value)
     }
 
+    /// Sends a request; returns the status, the content type and the body as it is (for
+    /// answers that are not JSON).
+    pub async fn call_raw(
+        &self,
+        method: &str,
+        path: &str,
+        key: Option<&str>,
+        body: Option<Value>,
+    ) -> (u16, String, Bytes) {
+        let mut req = http::Request::builder().method(method).uri(path);
+        if let Some(key) = key {
+            req = req.header("x-gw-api-key", key);
+        }
+        let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
+        let mut req = req.body(axum::body::Body::from(body)).expect("a request");
+        req.extensions_mut().insert(ClientAddr(Some(CLIENT_IP)));
+        let resp = self.router.clone().oneshot(req).await.expect("infallible");
+        let status = resp.status().as_u16();
+        let content_type = resp
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .expect("a body");
+        (status, content_type, bytes)
+    }
+
     pub async fn admin(&self, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
         self.call(method, path, Some(ADMIN_KEY), body).await
     }
@@ -254,6 +284,23 @@ impl App {
         }
         q.execute(self.store.db().pool()).await.expect("sql");
     }
+}
+
+/// The SHA-256 of a raw key: how the data plane looks keys up.
+pub fn digest(raw: &str) -> [u8; 32] {
+    let d = ring::digest::digest(&ring::digest::SHA256, raw.as_bytes());
+    d.as_ref().try_into().expect("32 bytes")
+}
+
+/// Bumps the data plane's version behind the store's back and rebuilds its snapshot (to pick up
+/// what a test wrote with SQL).
+pub async fn rebuild(app: &App) {
+    app.sql(
+        "UPDATE data_plane_version SET version = version + 1 WHERE id = 1",
+        &[],
+    )
+    .await;
+    assert!(app.store.refresh_data_plane().await.expect("rebuild"));
 }
 
 /// Workspace-level scopes for keys in tests.

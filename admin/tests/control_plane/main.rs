@@ -3,6 +3,7 @@
 
 mod common;
 
+mod access_snapshot;
 mod api_keys;
 mod audit;
 mod authorisation;
@@ -10,9 +11,11 @@ mod bootstrap;
 mod configs;
 mod deployments;
 mod integrations;
+mod logs;
 mod members;
 mod policies;
 mod providers;
 mod settings;
+mod sink;
 mod users;
 mod workspaces;
