@@ -319,6 +319,13 @@ pub trait AccessStore: Send + Sync {
     /// The key whose SHA-256 digest is `digest`. A rotated key's previous value is found until
     /// its transition period ends.
     fn api_key(&self, digest: &[u8; 32]) -> Option<Arc<ApiKeyRecord>>;
+    /// Like [`api_key`](AccessStore::api_key), with the stored digest the record was found
+    /// under (the key's current one, or a rotated key's previous one), so that the auth plugin
+    /// can compare it with the presented key's digest in constant time. Default: `api_key`,
+    /// with `digest` itself standing for the stored one.
+    fn api_key_with_digest(&self, digest: &[u8; 32]) -> Option<(Arc<ApiKeyRecord>, [u8; 32])> {
+        self.api_key(digest).map(|record| (record, *digest))
+    }
     fn workspace(&self, id: &str) -> Option<Arc<WorkspaceRecord>>;
     /// The active rate limits policies of every workspace.
     fn rate_limit_policies(&self) -> Arc<[RateLimitPolicy]>;
