@@ -1,0 +1,8 @@
+//! What the rate and usage limit plugins share: which policies govern a request and which of
+//! their counters it is charged to ([`matching`]), sliding-window arithmetic ([`window`]) and
+//! the connection to the Redis server that holds counters shared by several gateway
+//! instances ([`redis`]).
+
+pub mod matching;
+pub mod redis;
+pub mod window;

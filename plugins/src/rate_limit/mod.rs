@@ -1,0 +1,543 @@
+//! `rate_limit`: refuses requests beyond the caller's rate limits with a 429.
+//!
+//! Runs in `on_request`, after `auth` (which puts the [`Principal`] in the request's extensions)
+//! and `provider_select` (whose plan `provider`, `virtual_key` and `model@provider` conditions
+//! read). The limits that apply to a request are:
+//!
+//! - the Principal's `rate_limits`: the API key's (or the JWT's) and its workspace's, each with
+//!   its counter id (`api_key:<id>:<n>`, `workspace:<id>:<n>`, `jwt:<subject>:<n>`);
+//! - every active rate limits policy of the request's workspace whose `conditions` match the
+//!   request (see [`crate::limits::matching`]), counted per `group_by` combination: counter
+//!   `policy:<policy id>:<value key>`. A policy whose `group_by` names a key the request has no
+//!   value for does not apply to it.
+//!
+//! Each counter is a sliding window (`rpm`, `rph`, `rpd`; see [`crate::limits::window`]), so a
+//! limit cannot be doubled at a window edge. A `requests` limit is checked and charged 1 at
+//! once; a `tokens` limit refuses while its window is spent and is charged the provider's
+//! reported usage (prompt + completion tokens) in `on_log`, in the background. All the
+//! request's counters are checked and charged together: if one refuses, none is charged.
+//! A request refused by a later plugin or the provider still counted as a request.
+//!
+//! A refusal is a 429 with `retry-after` (whole seconds, at least 1: when every refusing
+//! window would allow the request again) and a body naming the limit:
+//! `{"error":{"message":"Rate limit exceeded: policy <name or id> allows 10 requests per
+//! minute","type":"rate_limit_error","param":null,"code":"rate_limit_exceeded"}}`.
+//!
+//! Counters live in process ([`memory::MemoryCounters`]) or in Redis
+//! ([`redis::RedisCounters`], one atomic script per request, shared by every instance); see
+//! [`RateLimitConfig`]. When the backend fails, `on_backend_error` lets the request through
+//! (default) or refuses it with a 429 whose code is `rate_limit_backend_unavailable`; errors are
+//! counted and logged (the first, then one in [`LOG_EVERY`]).
+//!
+//! Metrics (no ids in labels):
+//! - `gw_rate_limit_checks_total{outcome="allowed|limited|error"}`: requests that had at least
+//!   one limit to check;
+//! - `gw_rate_limit_rejections_total{scope="policy|api_key|workspace|jwt|other"}`: 429s by the
+//!   kind of limit that refused;
+//! - `gw_rate_limit_backend_errors_total{op="check|charge"}`.
+
+pub mod config;
+pub mod counters;
+pub mod memory;
+pub mod redis;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use arc_swap::ArcSwapOption;
+use async_trait::async_trait;
+use prometheus::{IntCounter, IntCounterVec, Opts};
+
+use plugin_sdk::access::{RateLimit, RateLimitKind, RateLimitPolicy, RateUnit};
+use plugin_sdk::{
+    AccessStore, BuildCx, ConfigIssue, ErrorKind, Flow, GatewayError, Plugin, PluginFactory,
+    Principal, RequestCx,
+};
+
+use crate::limits::matching::{in_workspace, matches, value_key, Subject};
+use crate::limits::redis::RedisConn;
+pub use config::{Backend, OnBackendError, RateLimitConfig};
+pub use counters::{CounterError, CounterSpec, Counters, Decision};
+
+/// Backend errors are logged the first time, then once in this many.
+pub const LOG_EVERY: u64 = 100;
+
+pub struct RateLimitFactory;
+
+impl PluginFactory for RateLimitFactory {
+    const KIND: &'static str = "rate_limit";
+    const SUMMARY: &'static str =
+        "Enforces key, workspace and policy rate limits (requests or tokens per minute, hour, day) with 429";
+    const EXAMPLE: &'static str = "- kind: rate_limit\n  backend: auto            # memory | redis (auto: redis when GW_REDIS_URL is set)\n  on_backend_error: allow  # or deny\n  max_counters: 1000000";
+    type Config = RateLimitConfig;
+
+    fn validate(config: &Self::Config) -> Vec<ConfigIssue> {
+        config.issues()
+    }
+
+    fn build(config: Self::Config, cx: &BuildCx) -> Result<Arc<dyn Plugin>, String> {
+        Ok(Arc::new(RateLimiter::new(&config, cx)?))
+    }
+}
+
+plugin_sdk::register_plugin!(RateLimitFactory);
+
+/// The kind of limit a counter belongs to (the `scope` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scope {
+    Policy,
+    ApiKey,
+    Workspace,
+    Jwt,
+    Other,
+}
+
+impl Scope {
+    const ALL: [Scope; 5] = [
+        Scope::Policy,
+        Scope::ApiKey,
+        Scope::Workspace,
+        Scope::Jwt,
+        Scope::Other,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Scope::Policy => "policy",
+            Scope::ApiKey => "api_key",
+            Scope::Workspace => "workspace",
+            Scope::Jwt => "jwt",
+            Scope::Other => "other",
+        }
+    }
+
+    /// The scope of a Principal's counter, from its id's prefix.
+    fn of_id(id: &str) -> Scope {
+        match id.split_once(':').map(|(p, _)| p) {
+            Some("api_key") => Scope::ApiKey,
+            Some("workspace") => Scope::Workspace,
+            Some("jwt") => Scope::Jwt,
+            _ => Scope::Other,
+        }
+    }
+}
+
+/// Where one of a request's limits came from.
+#[derive(Debug, Clone, Copy)]
+enum Source {
+    /// The Principal's own limits.
+    Principal(Scope),
+    /// A policy, by its index in the [`PolicyIndex`].
+    Policy(usize),
+}
+
+/// The active policies, by workspace; rebuilt when the access store hands out a new list.
+struct PolicyIndex {
+    policies: Arc<[RateLimitPolicy]>,
+    by_workspace: HashMap<String, Vec<usize>>,
+}
+
+impl PolicyIndex {
+    fn new(policies: Arc<[RateLimitPolicy]>) -> PolicyIndex {
+        let mut by_workspace: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, p) in policies.iter().enumerate() {
+            by_workspace
+                .entry(p.workspace_id.clone())
+                .or_default()
+                .push(i);
+        }
+        PolicyIndex {
+            policies,
+            by_workspace,
+        }
+    }
+}
+
+/// The limits of one request: counters to check, and where each came from.
+struct Applicable {
+    specs: Vec<CounterSpec>,
+    sources: Vec<(Source, RateLimit)>,
+    index: Option<Arc<PolicyIndex>>,
+}
+
+impl Applicable {
+    fn push(&mut self, id: String, limit: RateLimit, source: Source) {
+        // A limit of no number cannot be enforced; the control plane refuses one on input.
+        if !limit.value.is_finite() || self.specs.iter().any(|s| s.id == id) {
+            return;
+        }
+        self.specs.push(CounterSpec {
+            id,
+            window_secs: limit.unit.window_secs(),
+            limit: limit.value,
+            cost: match limit.kind {
+                RateLimitKind::Requests => 1,
+                RateLimitKind::Tokens => 0,
+            },
+        });
+        self.sources.push((source, limit));
+    }
+
+    /// Who set the limit, for the refusal's message.
+    fn who(&self, i: usize) -> String {
+        match self.sources[i].0 {
+            Source::Principal(Scope::ApiKey) => "the API key's rate limit".to_owned(),
+            Source::Principal(Scope::Workspace) => "the workspace's rate limit".to_owned(),
+            Source::Principal(Scope::Jwt) => "the token's rate limit".to_owned(),
+            Source::Principal(_) => "a rate limit".to_owned(),
+            Source::Policy(p) => {
+                let policy = self.index.as_ref().map(|ix| &ix.policies[p]);
+                let name = policy.and_then(|p| p.name.as_deref().filter(|n| !n.trim().is_empty()));
+                format!(
+                    "policy {}",
+                    name.or(policy.map(|p| p.id.as_str())).unwrap_or("?")
+                )
+            }
+        }
+    }
+
+    fn scope(&self, i: usize) -> Scope {
+        match self.sources[i].0 {
+            Source::Principal(s) => s,
+            Source::Policy(_) => Scope::Policy,
+        }
+    }
+}
+
+/// Token limits to charge once the response's usage is known: (counter id, window secs).
+#[derive(Debug, Clone)]
+struct TokenCharges(Vec<(String, u64)>);
+
+struct RateMetrics {
+    allowed: IntCounter,
+    limited: IntCounter,
+    error: IntCounter,
+    rejections: IntCounterVec,
+    check_errors: IntCounter,
+    charge_errors: IntCounter,
+}
+
+impl RateMetrics {
+    fn register(registry: &prometheus::Registry) -> Result<RateMetrics, String> {
+        let checks = IntCounterVec::new(
+            Opts::new(
+                "gw_rate_limit_checks_total",
+                "Requests whose rate limits were checked, by outcome",
+            ),
+            &["outcome"],
+        )
+        .map_err(|e| e.to_string())?;
+        let rejections = IntCounterVec::new(
+            Opts::new(
+                "gw_rate_limit_rejections_total",
+                "Requests refused with 429 by a rate limit, by the kind of limit",
+            ),
+            &["scope"],
+        )
+        .map_err(|e| e.to_string())?;
+        let backend_errors = IntCounterVec::new(
+            Opts::new(
+                "gw_rate_limit_backend_errors_total",
+                "Rate limit counter backend failures, by operation",
+            ),
+            &["op"],
+        )
+        .map_err(|e| e.to_string())?;
+        for c in [&checks, &rejections, &backend_errors] {
+            registry.register(Box::new(c.clone())).map_err(|e| {
+                format!("cannot register rate limit metrics (is `rate_limit` listed twice?): {e}")
+            })?;
+        }
+        // Every label value exists from the start, so a dashboard sees zeros, not gaps.
+        for s in Scope::ALL {
+            rejections.with_label_values(&[s.as_str()]);
+        }
+        Ok(RateMetrics {
+            allowed: checks.with_label_values(&["allowed"]),
+            limited: checks.with_label_values(&["limited"]),
+            error: checks.with_label_values(&["error"]),
+            rejections,
+            check_errors: backend_errors.with_label_values(&["check"]),
+            charge_errors: backend_errors.with_label_values(&["charge"]),
+        })
+    }
+}
+
+/// What the request path and the background charges share.
+struct Shared {
+    counters: Arc<dyn Counters>,
+    metrics: RateMetrics,
+    errors: AtomicU64,
+}
+
+impl Shared {
+    /// Counts a backend error and logs the first and then one in [`LOG_EVERY`].
+    fn backend_error(&self, op: &'static str, e: &CounterError) {
+        match op {
+            "check" => self.metrics.check_errors.inc(),
+            _ => self.metrics.charge_errors.inc(),
+        }
+        let n = self.errors.fetch_add(1, Ordering::Relaxed) + 1;
+        if n == 1 || n.is_multiple_of(LOG_EVERY) {
+            tracing::warn!(
+                target: "gateway::rate_limit",
+                backend = self.counters.name(),
+                op,
+                errors_so_far = n,
+                error = %e,
+                "rate limit backend error (logged once per {LOG_EVERY})"
+            );
+        }
+    }
+}
+
+/// The `rate_limit` plugin.
+pub struct RateLimiter {
+    shared: Arc<Shared>,
+    access: Arc<dyn AccessStore>,
+    on_error: OnBackendError,
+    index: ArcSwapOption<PolicyIndex>,
+}
+
+impl RateLimiter {
+    /// Builds the plugin with the backend its config (and `cx.redis_url`) chooses. Opens no
+    /// connection: Redis is connected on first use.
+    pub fn new(config: &RateLimitConfig, cx: &BuildCx) -> Result<RateLimiter, String> {
+        let use_redis = match config.backend {
+            Backend::Memory => false,
+            Backend::Redis => true,
+            Backend::Auto => cx.redis_url.is_some(),
+        };
+        let counters: Arc<dyn Counters> = if use_redis {
+            let url = cx.redis_url.as_deref().ok_or(
+                "backend: redis needs the gateway's Redis URL (GW_REDIS_URL), and none is set",
+            )?;
+            let conn = RedisConn::new(url, Duration::from_millis(config.redis_timeout_ms))?;
+            Arc::new(redis::RedisCounters::new(
+                Arc::new(conn),
+                config.redis_prefix.clone(),
+            ))
+        } else {
+            Arc::new(memory::MemoryCounters::new(config.max_counters))
+        };
+        RateLimiter::with_counters(config, cx, counters)
+    }
+
+    /// Builds the plugin over the given counters (tests, embedders).
+    pub fn with_counters(
+        config: &RateLimitConfig,
+        cx: &BuildCx,
+        counters: Arc<dyn Counters>,
+    ) -> Result<RateLimiter, String> {
+        Ok(RateLimiter {
+            shared: Arc::new(Shared {
+                counters,
+                metrics: RateMetrics::register(&cx.metrics)?,
+                errors: AtomicU64::new(0),
+            }),
+            access: cx.access.clone(),
+            on_error: config.on_backend_error,
+            index: ArcSwapOption::empty(),
+        })
+    }
+
+    /// The backend's name (`memory`, `redis`).
+    pub fn backend(&self) -> &'static str {
+        self.shared.counters.name()
+    }
+
+    /// The active policies by workspace, rebuilt only when the store's list changed (the
+    /// store hands out the same `Arc` until then).
+    fn policies(&self) -> Option<Arc<PolicyIndex>> {
+        let policies = self.access.rate_limit_policies();
+        if policies.is_empty() {
+            return None;
+        }
+        if let Some(cached) = self.index.load().as_ref() {
+            if Arc::ptr_eq(&cached.policies, &policies) {
+                return Some(cached.clone());
+            }
+        }
+        let built = Arc::new(PolicyIndex::new(policies));
+        self.index.store(Some(built.clone()));
+        Some(built)
+    }
+
+    /// The limits that apply to this request.
+    fn applicable(&self, cx: &RequestCx) -> Applicable {
+        let mut out = Applicable {
+            specs: Vec::new(),
+            sources: Vec::new(),
+            index: None,
+        };
+        if let Some(p) = cx.extensions.get::<Principal>() {
+            for rl in &p.rate_limits {
+                out.push(
+                    rl.id.clone(),
+                    rl.limit,
+                    Source::Principal(Scope::of_id(&rl.id)),
+                );
+            }
+        }
+        let subject = Subject::of(cx);
+        let Some(workspace) = subject.workspace_id else {
+            return out;
+        };
+        let Some(index) = self.policies() else {
+            return out;
+        };
+        for &i in index.by_workspace.get(workspace).into_iter().flatten() {
+            let policy = &index.policies[i];
+            if !in_workspace(&policy.workspace_id, &subject)
+                || !matches(&policy.conditions, &subject)
+            {
+                continue;
+            }
+            if let Some(key) = value_key(&policy.group_by, &subject) {
+                out.push(
+                    format!("policy:{}:{}", policy.id, key),
+                    policy.limit,
+                    Source::Policy(i),
+                );
+            }
+        }
+        out.index = Some(index);
+        out
+    }
+}
+
+/// Milliseconds since the Unix epoch by the gateway's clock.
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// A limit's value as written: `10`, `2.5`.
+fn number(x: f64) -> String {
+    if x.fract() == 0.0 && x.abs() < 1e15 {
+        format!("{}", x as i64)
+    } else {
+        format!("{x}")
+    }
+}
+
+/// `10 requests per minute`, `1 token per hour`.
+fn rate_text(limit: &RateLimit) -> String {
+    let one = limit.value == 1.0;
+    let what = match (limit.kind, one) {
+        (RateLimitKind::Requests, false) => "requests",
+        (RateLimitKind::Requests, true) => "request",
+        (RateLimitKind::Tokens, false) => "tokens",
+        (RateLimitKind::Tokens, true) => "token",
+    };
+    let per = match limit.unit {
+        RateUnit::Rpm => "minute",
+        RateUnit::Rph => "hour",
+        RateUnit::Rpd => "day",
+    };
+    format!("{} {what} per {per}", number(limit.value))
+}
+
+#[async_trait]
+impl Plugin for RateLimiter {
+    fn kind(&self) -> &'static str {
+        RateLimitFactory::KIND
+    }
+
+    async fn on_request(&self, cx: &mut RequestCx) -> Result<Flow, GatewayError> {
+        let applicable = self.applicable(cx);
+        if applicable.specs.is_empty() {
+            return Ok(Flow::Continue);
+        }
+        let metrics = &self.shared.metrics;
+        match self
+            .shared
+            .counters
+            .check_and_charge(&applicable.specs, now_ms())
+            .await
+        {
+            Ok(Decision::Allowed) => metrics.allowed.inc(),
+            Ok(Decision::Limited {
+                spec,
+                retry_after_secs,
+            }) => {
+                metrics.limited.inc();
+                metrics
+                    .rejections
+                    .with_label_values(&[applicable.scope(spec).as_str()])
+                    .inc();
+                let message = format!(
+                    "Rate limit exceeded: {} allows {}",
+                    applicable.who(spec),
+                    rate_text(&applicable.sources[spec].1)
+                );
+                return Err(GatewayError::new(
+                    ErrorKind::RateLimited {
+                        retry_after_secs: retry_after_secs.max(1),
+                    },
+                    message,
+                )
+                .with_code("rate_limit_exceeded"));
+            }
+            Err(e) => {
+                metrics.error.inc();
+                self.shared.backend_error("check", &e);
+                if self.on_error == OnBackendError::Deny {
+                    return Err(GatewayError::new(
+                        ErrorKind::RateLimited {
+                            retry_after_secs: 1,
+                        },
+                        "Rate limit could not be checked (the counter store is unavailable); \
+                         retry shortly",
+                    )
+                    .with_code("rate_limit_backend_unavailable"));
+                }
+            }
+        }
+        let tokens: Vec<(String, u64)> = applicable
+            .specs
+            .into_iter()
+            .filter(|s| s.cost == 0)
+            .map(|s| (s.id, s.window_secs))
+            .collect();
+        if !tokens.is_empty() {
+            cx.extensions.insert(TokenCharges(tokens));
+        }
+        Ok(Flow::Continue)
+    }
+
+    fn on_log(&self, cx: &RequestCx) {
+        let Some(TokenCharges(charges)) = cx.extensions.get::<TokenCharges>() else {
+            return;
+        };
+        let total = cx.response.usage.map(|u| u.total()).unwrap_or(0);
+        if total == 0 {
+            return;
+        }
+        let charges = charges.clone();
+        let shared = self.shared.clone();
+        let now = now_ms();
+        // on_log must not block: the charge (a Redis round trip) runs in the background.
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    for (id, window_secs) in charges {
+                        if let Err(e) = shared.counters.charge(&id, window_secs, total, now).await {
+                            shared.backend_error("charge", &e);
+                        }
+                    }
+                });
+            }
+            Err(_) => shared.backend_error(
+                "charge",
+                &CounterError("no async runtime to charge token usage on".to_owned()),
+            ),
+        }
+    }
+}
