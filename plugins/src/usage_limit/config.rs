@@ -1,0 +1,144 @@
+//! The `usage_limit` plugin's YAML settings.
+//!
+//! ```yaml
+//! - kind: usage_limit
+//!   backend: auto                  # auto | memory | redis; default auto
+//!   default_completion_tokens: 1024
+//!   on_backend_error: allow        # allow | refuse; default allow
+//!   key_prefix: "gw:budget:"
+//!   queue_capacity: 10000
+//!   flush_interval_ms: 1000
+//!   prices:                        # override the shipped price table
+//!     - {provider: openai, model: gpt-4o, input_per_million: 2.5, output_per_million: 10}
+//!     - {slug: my-azure, model: gpt-4o, input_per_million: 2.75, output_per_million: 11}
+//! ```
+
+use serde::Deserialize;
+
+use plugin_sdk::ConfigIssue;
+
+use crate::pricing::PriceOverride;
+
+/// Where budget counters live.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// Redis when the gateway has `GW_REDIS_URL`, else in-process.
+    #[default]
+    Auto,
+    /// In-process counters: exact on one instance; instances do not share them.
+    Memory,
+    /// Redis (`GW_REDIS_URL`, required): every instance shares one counter per budget.
+    Redis,
+}
+
+/// What a request meets when the counter store cannot be reached (Redis down).
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum OnBackendError {
+    /// Let the request through unchecked (its spend is still charged to the control plane).
+    #[default]
+    Allow,
+    /// Refuse it with a 500.
+    Refuse,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsageLimitConfig {
+    /// Counter store. Default: `auto`.
+    #[serde(default)]
+    pub backend: Backend,
+    /// Completion tokens reserved for a request that sets neither `max_tokens` nor
+    /// `max_completion_tokens`. Default: 1024.
+    #[serde(default = "default_completion_tokens")]
+    pub default_completion_tokens: u64,
+    /// Default: `allow`.
+    #[serde(default)]
+    pub on_backend_error: OnBackendError,
+    /// Prefix of the Redis keys (`<prefix>{<budget id>}:<period>:<epoch>:<value key>`).
+    /// Default: `gw:budget:`.
+    #[serde(default = "default_key_prefix")]
+    pub key_prefix: String,
+    /// Settlements (Redis) and control-plane charges waiting for the background writer;
+    /// beyond it new ones are dropped and counted. Default: 10000.
+    #[serde(default = "default_queue_capacity")]
+    pub queue_capacity: usize,
+    /// How often settled usage is sent to the control plane, in milliseconds. Default: 1000.
+    #[serde(default = "default_flush_interval_ms")]
+    pub flush_interval_ms: u64,
+    /// Price rows that replace or add to the shipped table. Default: none.
+    #[serde(default)]
+    pub prices: Vec<PriceOverride>,
+}
+
+impl Default for UsageLimitConfig {
+    fn default() -> Self {
+        UsageLimitConfig {
+            backend: Backend::Auto,
+            default_completion_tokens: default_completion_tokens(),
+            on_backend_error: OnBackendError::Allow,
+            key_prefix: default_key_prefix(),
+            queue_capacity: default_queue_capacity(),
+            flush_interval_ms: default_flush_interval_ms(),
+            prices: Vec::new(),
+        }
+    }
+}
+
+fn default_completion_tokens() -> u64 {
+    1024
+}
+
+fn default_key_prefix() -> String {
+    "gw:budget:".into()
+}
+
+fn default_queue_capacity() -> usize {
+    10_000
+}
+
+fn default_flush_interval_ms() -> u64 {
+    1_000
+}
+
+impl UsageLimitConfig {
+    /// Ranges and combinations; pure.
+    pub fn issues(&self) -> Vec<ConfigIssue> {
+        let mut issues = Vec::new();
+        if self.default_completion_tokens > 1_000_000 {
+            issues.push(ConfigIssue::new(
+                "default_completion_tokens",
+                format!(
+                    "must be at most 1000000, got {}",
+                    self.default_completion_tokens
+                ),
+            ));
+        }
+        if self.key_prefix.is_empty() {
+            issues.push(ConfigIssue::new("key_prefix", "must not be empty"));
+        }
+        if self.queue_capacity == 0 || self.queue_capacity > 10_000_000 {
+            issues.push(ConfigIssue::new(
+                "queue_capacity",
+                format!(
+                    "must be between 1 and 10000000, got {}",
+                    self.queue_capacity
+                ),
+            ));
+        }
+        if !(1..=3_600_000).contains(&self.flush_interval_ms) {
+            issues.push(ConfigIssue::new(
+                "flush_interval_ms",
+                format!(
+                    "must be between 1 and 3600000, got {}",
+                    self.flush_interval_ms
+                ),
+            ));
+        }
+        for (i, row) in self.prices.iter().enumerate() {
+            issues.extend(row.issues(&format!("prices[{i}]")));
+        }
+        issues
+    }
+}

@@ -1,0 +1,836 @@
+//! `usage_limit`: budgets (usage limits) enforced on the request path, with a reservation
+//! before the provider call and a settlement after it, so that concurrent requests cannot
+//! overspend.
+//!
+//! Which budgets a request is charged to (gathered in `on_request`, after auth and provider
+//! selection):
+//! - the [`Principal`]'s budgets: the API key's (`api_key:<id>`), the JWT's (`jwt:<sub>:<i>`)
+//!   and the workspace's (`workspace:<id>:<i>`);
+//! - every active usage limits policy of the caller's workspace whose conditions match, one
+//!   counter per `group_by` value key (`policy:<id>` + `metadata._user:alice`).
+//!
+//! Each budget counts `cost` (US dollars from the [price table](crate::pricing)), `tokens`
+//! (prompt + completion as the provider reported them) or `requests`, per reset period
+//! ([`UsageLimit::period_at`]) and reset epoch: a new period or a manual reset starts a fresh
+//! counter, seeded with what the control plane had counted so a restart forgets no spend.
+//!
+//! - `on_request`: reserves the request's estimate on all its budgets at once, or refuses with
+//!   412 (`budget_exhausted`) naming the budget: 1 for `requests`; prompt characters / 4 plus
+//!   `max_completion_tokens` / `max_tokens` (else `default_completion_tokens`) for `tokens`;
+//!   that estimate priced for `cost`. A budget whose usage and reservations reach its limit
+//!   refuses every request. The credit limit is read from the snapshot on every request, so
+//!   raising it reactivates an exhausted budget at once.
+//! - `on_route`: notes the saved provider (slug) the attempt goes through, for its prices.
+//! - `on_response` / `on_chunk`: sets `cx.response.cost` from the reported usage.
+//! - `on_log`: settles (actual minus reserved; a failed request's reservation is released,
+//!   a cache hit costs no tokens), then hands the actual spend (`UsageCharge`) and any alert
+//!   (`usage_limits.alert` when usage reaches `alert_threshold`, `usage_limits.exhausted` at
+//!   the limit; once per period per budget per instance) to a background writer.
+//!
+//! A model the price table does not know reserves and costs 0 against `cost` budgets (a
+//! warning names it once): add it to `prices`.
+//!
+//! Counters live in-process or in Redis (`backend`); see `ledger.rs` and `redis.rs`. When the
+//! store cannot be reached, `on_backend_error` lets the request through unchecked (`allow`,
+//! the default; its spend is still charged) or refuses it with a 500 (`refuse`).
+//!
+//! Metrics: `gw_usage_limit_rejections_total{scope}` (scope: api_key, workspace, jwt, policy,
+//! provider, other), `gw_usage_limit_alerts_total{event}` (alert, exhausted),
+//! `gw_usage_limit_backend_errors_total{op}` (reserve, settle),
+//! `gw_usage_limit_dropped_total{what}` (report, charge, event).
+//!
+//! Saved providers' own budgets (`provider:<slug>`) are charged when the auth plugin (or
+//! another) puts them in the [`Principal`]'s budgets: the provider store does not carry them.
+
+mod config;
+mod estimate;
+mod ledger;
+mod redis;
+mod report;
+#[cfg(test)]
+mod tests;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use prometheus::{IntCounterVec, Opts};
+use serde_json::json;
+use tokio::runtime::Handle;
+use tokio::sync::mpsc;
+
+use plugin_sdk::access::{AccessStore, Budget, CountedUsage, PeriodicReset, UsageKind, UsageLimit};
+use plugin_sdk::plugin::ResponseParts;
+use plugin_sdk::sinks::{AuditEvent, UsageCharge};
+use plugin_sdk::{
+    BuildCx, Chunk, ConfigIssue, ErrorKind, Flow, GatewayError, Plugin, PluginFactory, Principal,
+    RequestCx, RoutePlan, Target, Usage,
+};
+
+use crate::limits::matching::{in_workspace, matches, value_key, Subject};
+use crate::pricing::PriceTable;
+
+pub use config::{Backend, OnBackendError, UsageLimitConfig};
+pub use ledger::{Hold, Ledger, MemoryLedger, Reserve, Settle};
+pub use redis::RedisLedger;
+
+use ledger::EPSILON;
+use report::Report;
+
+/// What the plugin reads the time from (tests move it).
+pub type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+
+/// Extra time an unused counter is kept after its period could have ended.
+const TTL_MARGIN: Duration = Duration::from_secs(86_400);
+const DAY: u64 = 86_400;
+/// A lifetime budget's counter is dropped after this many days without a request.
+const LIFETIME_IDLE_DAYS: u64 = 30;
+
+/// Budget events already sent by this instance are remembered this long at most.
+const NOTIFIED_FOR: Duration = Duration::from_secs(40 * DAY);
+
+pub struct UsageLimitFactory;
+
+impl PluginFactory for UsageLimitFactory {
+    const KIND: &'static str = "usage_limit";
+    const SUMMARY: &'static str =
+        "Enforces budgets (cost, tokens, requests) of keys, workspaces and usage limits policies: reserve, 412, settle";
+    const EXAMPLE: &'static str = "- kind: usage_limit\n  backend: auto   # memory | redis (GW_REDIS_URL)\n  default_completion_tokens: 1024\n  prices:\n    - {provider: openai, model: gpt-4o, input_per_million: 2.5, output_per_million: 10}";
+    type Config = UsageLimitConfig;
+
+    fn validate(config: &Self::Config) -> Vec<ConfigIssue> {
+        config.issues()
+    }
+
+    fn build(config: Self::Config, cx: &BuildCx) -> Result<Arc<dyn Plugin>, String> {
+        let plugin = UsageLimitPlugin::start(config, cx, Arc::new(SystemTime::now))?;
+        Ok(Arc::new(plugin))
+    }
+}
+
+plugin_sdk::register_plugin!(UsageLimitFactory);
+
+#[derive(Clone)]
+struct Metrics {
+    rejections: IntCounterVec,
+    alerts: IntCounterVec,
+    backend_errors: IntCounterVec,
+    dropped: IntCounterVec,
+}
+
+impl Metrics {
+    fn register(registry: &prometheus::Registry) -> Result<Metrics, String> {
+        let counter = |name: &str, help: &str, label: &str| {
+            IntCounterVec::new(Opts::new(name, help), &[label]).map_err(|e| e.to_string())
+        };
+        let m = Metrics {
+            rejections: counter(
+                "gw_usage_limit_rejections_total",
+                "Requests refused with 412 because a budget is exhausted",
+                "scope",
+            )?,
+            alerts: counter(
+                "gw_usage_limit_alerts_total",
+                "Budgets that reached their alert threshold or their limit",
+                "event",
+            )?,
+            backend_errors: counter(
+                "gw_usage_limit_backend_errors_total",
+                "Budget counter operations that failed (Redis unreachable...)",
+                "op",
+            )?,
+            dropped: counter(
+                "gw_usage_limit_dropped_total",
+                "Settled usage or budget events not delivered to the control plane",
+                "what",
+            )?,
+        };
+        for c in [&m.rejections, &m.alerts, &m.backend_errors, &m.dropped] {
+            registry.register(Box::new(c.clone())).map_err(|e| {
+                format!("cannot register metrics (is `usage_limit` listed twice?): {e}")
+            })?;
+        }
+        Ok(m)
+    }
+}
+
+/// What the request path and the settlement tasks share.
+struct Shared {
+    ledger: Arc<dyn Ledger>,
+    metrics: Metrics,
+    /// Budget events (and unpriced-model warnings) this instance already sent.
+    notified: moka::sync::Cache<String, ()>,
+    reports: mpsc::Sender<Report>,
+}
+
+impl Shared {
+    /// Hands a report to the writer without waiting; a full queue drops it (counted).
+    fn hand_over(&self, report: Report) {
+        if report.is_empty() {
+            return;
+        }
+        if let Err(e) = self.reports.try_send(report) {
+            self.metrics.dropped.with_label_values(&["report"]).inc();
+            tracing::warn!(target: "gateway::usage_limit", error = %e,
+                "the usage limit queue is full; settled usage dropped");
+        }
+    }
+
+    /// True the first time `key` is seen (per instance, for [`NOTIFIED_FOR`] at most).
+    fn first_time(&self, key: String) -> bool {
+        let mut first = false;
+        self.notified.get_with(key, || first = true);
+        first
+    }
+}
+
+/// The budgets plugin.
+pub struct UsageLimitPlugin {
+    shared: Arc<Shared>,
+    access: Arc<dyn AccessStore>,
+    prices: PriceTable,
+    default_completion_tokens: u64,
+    on_backend_error: OnBackendError,
+    key_prefix: String,
+    /// The plugin's own runtime: Redis settlements run on it.
+    runtime: Handle,
+    clock: Clock,
+    last_warned: AtomicU64,
+}
+
+impl UsageLimitPlugin {
+    /// Builds the plugin and starts its background thread (a small runtime that runs the
+    /// writer, the Redis connection and Redis settlements; it ends when the plugin is dropped).
+    pub fn start(config: UsageLimitConfig, cx: &BuildCx, clock: Clock) -> Result<Self, String> {
+        let metrics = Metrics::register(&cx.metrics)?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the usage limit runtime: {e}"))?;
+        let handle = runtime.handle().clone();
+        let ledger: Arc<dyn Ledger> = match (config.backend, cx.redis_url.as_deref()) {
+            (Backend::Memory, _) | (Backend::Auto, None) => Arc::new(MemoryLedger::new()),
+            (Backend::Auto | Backend::Redis, Some(url)) => {
+                Arc::new(RedisLedger::new(url, Some(handle.clone()))?)
+            }
+            (Backend::Redis, None) => {
+                return Err("backend: redis needs GW_REDIS_URL (the gateway's redis_url)".into())
+            }
+        };
+        let (tx, rx) = mpsc::channel(config.queue_capacity);
+        let writer = report::run(
+            rx,
+            cx.sink.clone(),
+            metrics.dropped.clone(),
+            Duration::from_millis(config.flush_interval_ms),
+            config.queue_capacity,
+        );
+        std::thread::Builder::new()
+            .name("gw-usage-limit".into())
+            .spawn(move || runtime.block_on(writer))
+            .map_err(|e| format!("cannot start the usage limit thread: {e}"))?;
+        tracing::debug!(target: "gateway::usage_limit", backend = ledger.name(), "budgets enforced");
+        Ok(UsageLimitPlugin {
+            shared: Arc::new(Shared {
+                ledger,
+                metrics,
+                notified: moka::sync::Cache::builder()
+                    .max_capacity(100_000)
+                    .time_to_live(NOTIFIED_FOR)
+                    .build(),
+                reports: tx,
+            }),
+            access: cx.access.clone(),
+            prices: PriceTable::shipped().with_overrides(&config.prices),
+            default_completion_tokens: config.default_completion_tokens,
+            on_backend_error: config.on_backend_error,
+            key_prefix: config.key_prefix,
+            runtime: handle,
+            clock,
+            last_warned: AtomicU64::new(0),
+        })
+    }
+
+    /// Every budget that applies to the request, with its counter for `now`.
+    fn applicable(&self, cx: &RequestCx, now: SystemTime) -> Vec<Applied> {
+        let mut out: Vec<Applied> = Vec::new();
+        let principal = cx.extensions.get::<Principal>();
+        if let Some(p) = principal {
+            for b in &p.budgets {
+                out.push(self.applied_budget(b, p, now));
+            }
+        }
+        let policies = self.access.usage_limit_policies();
+        if !policies.is_empty() {
+            let subject = Subject::of(cx);
+            for policy in policies.iter() {
+                if !in_workspace(&policy.workspace_id, &subject)
+                    || !matches(&policy.conditions, &subject)
+                {
+                    continue;
+                }
+                // A request without a value for a group_by key has no counter to charge.
+                let Some(vk) = value_key(&policy.group_by, &subject) else {
+                    continue;
+                };
+                let counted = policy.usage.get(&vk).copied().unwrap_or_default();
+                let mut label = match &policy.name {
+                    Some(name) if !name.is_empty() => format!("usage limits policy {name:?}"),
+                    _ => format!("usage limits policy {}", policy.id),
+                };
+                if !vk.is_empty() {
+                    label.push_str(&format!(" for {vk}"));
+                }
+                out.push(self.applied(
+                    format!("policy:{}", policy.id),
+                    vk,
+                    &policy.limit,
+                    counted,
+                    now,
+                    Owner {
+                        scope: "policy",
+                        label,
+                        resource_type: "usage_limits_policy",
+                        resource_id: policy.id.clone(),
+                        organisation_id: Some(policy.organisation_id.clone()),
+                        workspace_id: Some(policy.workspace_id.clone()),
+                    },
+                ));
+            }
+        }
+        // Counter ids are unique by construction; a duplicate would reserve twice.
+        let mut seen = std::collections::HashSet::new();
+        out.retain(|a| seen.insert(a.key.clone()));
+        out
+    }
+
+    fn applied_budget(&self, b: &Budget, p: &Principal, now: SystemTime) -> Applied {
+        let (scope, rest) = b.id.split_once(':').unwrap_or(("other", b.id.as_str()));
+        // `workspace:<id>:<index>`, `jwt:<subject>:<index>`: the owner without the index.
+        let owner_id = match scope {
+            "workspace" | "jwt" => rest.rsplit_once(':').map_or(rest, |(id, _)| id),
+            _ => rest,
+        };
+        let (scope, label, resource_type) = match scope {
+            "api_key" => ("api_key", "the API key's budget".to_owned(), "api_key"),
+            "workspace" => (
+                "workspace",
+                "the workspace's budget".to_owned(),
+                "workspace",
+            ),
+            "jwt" => ("jwt", "the token's budget".to_owned(), "jwt"),
+            "provider" => (
+                "provider",
+                format!("the provider @{owner_id}'s budget"),
+                "provider",
+            ),
+            "policy" => (
+                "policy",
+                format!("usage limits policy {owner_id}"),
+                "usage_limits_policy",
+            ),
+            _ => ("other", format!("budget {}", b.id), "budget"),
+        };
+        self.applied(
+            b.id.clone(),
+            String::new(),
+            &b.limit,
+            b.counted,
+            now,
+            Owner {
+                scope,
+                label,
+                resource_type,
+                resource_id: owner_id.to_owned(),
+                organisation_id: p.organisation_id.clone(),
+                workspace_id: p.workspace_id.clone(),
+            },
+        )
+    }
+
+    fn applied(
+        &self,
+        budget_id: String,
+        value_key: String,
+        limit: &UsageLimit,
+        counted: CountedUsage,
+        now: SystemTime,
+        owner: Owner,
+    ) -> Applied {
+        let period = limit.period_at(now);
+        let key = format!(
+            "{}{{{}}}:{}:{}:{}",
+            self.key_prefix, budget_id, period, counted.reset_epoch, value_key
+        );
+        Applied {
+            seed: counted.in_period(period),
+            budget_id,
+            value_key,
+            kind: limit.kind,
+            credit_limit: limit.credit_limit,
+            alert_threshold: limit.alert_threshold,
+            period,
+            reset_epoch: counted.reset_epoch,
+            key,
+            ttl: ttl_of(limit),
+            owner: Arc::new(owner),
+        }
+    }
+
+    /// The price of the answer's usage: the saved provider the answer came through, the
+    /// provider and the model the provider reported.
+    fn price_answer(&self, cx: &RequestCx, usage: Usage) -> Option<f64> {
+        let planned = planned_target(cx);
+        let slug = match cx.extensions.get::<Through>() {
+            Some(Through(slug)) => slug.as_deref(),
+            None => planned.and_then(|t| t.slug.as_deref()),
+        };
+        let provider = cx
+            .response
+            .provider
+            .as_deref()
+            .or(planned.map(|t| t.provider.as_str()))
+            .unwrap_or_default();
+        let model = cx
+            .response
+            .model
+            .as_deref()
+            .or_else(|| planned.and_then(target_model))
+            .or(cx.requested_model())?;
+        let cost = self.prices.cost_for_target(slug, provider, model, usage);
+        if cost.is_none()
+            && self
+                .shared
+                .first_time(format!("unpriced|{provider}|{model}"))
+        {
+            tracing::warn!(target: "gateway::usage_limit", provider, model,
+                "no price for this model: its cost counts as 0 (add it to the usage_limit plugin's `prices`)");
+        }
+        cost
+    }
+
+    /// The estimate's price, before the call: the planned target's prices.
+    fn price_estimate(&self, cx: &RequestCx, usage: Usage) -> f64 {
+        let planned = planned_target(cx);
+        let model = planned.and_then(target_model).or(cx.requested_model());
+        let Some(model) = model else { return 0.0 };
+        let slug = planned.and_then(|t| t.slug.as_deref());
+        let provider = planned.map_or("", |t| t.provider.as_str());
+        self.prices
+            .cost_for_target(slug, provider, model, usage)
+            .unwrap_or(0.0)
+    }
+
+    /// Sets `cx.response.cost` once the usage is known (again when it changes mid-stream).
+    fn note_cost(&self, cx: &mut RequestCx) {
+        let Some(usage) = cx.response.usage else {
+            return;
+        };
+        if cx.extensions.get::<Priced>().is_some_and(|p| p.0 == usage) {
+            return;
+        }
+        if let Some(cost) = self.price_answer(cx, usage) {
+            cx.response.cost = Some(cost);
+        }
+        cx.extensions.insert(Priced(usage));
+    }
+
+    /// Logs a counter store failure, at most every 10 seconds.
+    fn warn_backend(&self, op: &str, error: &str) {
+        self.shared
+            .metrics
+            .backend_errors
+            .with_label_values(&[op])
+            .inc();
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let last = self.last_warned.load(Ordering::Relaxed);
+        if now >= last + 10
+            && self
+                .last_warned
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(target: "gateway::usage_limit", op, error,
+                "budget counters unavailable");
+        }
+    }
+}
+
+/// Who a budget belongs to: for the 412 message, the metric's scope and audit events.
+#[derive(Debug)]
+struct Owner {
+    scope: &'static str,
+    label: String,
+    resource_type: &'static str,
+    resource_id: String,
+    organisation_id: Option<String>,
+    workspace_id: Option<String>,
+}
+
+/// One budget that applies to a request, resolved for the current period.
+#[derive(Debug, Clone)]
+struct Applied {
+    budget_id: String,
+    value_key: String,
+    kind: UsageKind,
+    credit_limit: f64,
+    alert_threshold: Option<f64>,
+    period: i64,
+    reset_epoch: i64,
+    /// The counter: `<prefix>{<budget id>}:<period>:<epoch>:<value key>`.
+    key: String,
+    seed: f64,
+    ttl: Option<Duration>,
+    owner: Arc<Owner>,
+}
+
+impl Applied {
+    /// What `usage` (priced at `cost`) amounts to in this budget's unit.
+    fn amount(&self, requests: f64, usage: Option<Usage>, cost: Option<f64>) -> f64 {
+        match self.kind {
+            UsageKind::Requests => requests,
+            UsageKind::Tokens => usage.map_or(0.0, |u| u.total() as f64),
+            UsageKind::Cost => cost.unwrap_or(0.0),
+        }
+    }
+
+    fn unit(&self) -> &'static str {
+        match self.kind {
+            UsageKind::Cost => "USD",
+            UsageKind::Tokens => "tokens",
+            UsageKind::Requests => "requests",
+        }
+    }
+
+    /// A number in this budget's unit, for messages.
+    fn show(&self, x: f64) -> String {
+        match self.kind {
+            UsageKind::Cost => {
+                let s = format!("{x:.6}");
+                let s = s.trim_end_matches('0').trim_end_matches('.');
+                if s.is_empty() || s == "-" {
+                    "0".into()
+                } else {
+                    s.to_owned()
+                }
+            }
+            _ => format!("{x:.0}"),
+        }
+    }
+
+    /// The 412 for a request that does not fit.
+    fn refusal(&self, used: f64, held: f64, estimate: f64) -> GatewayError {
+        let mut message = format!(
+            "Usage limit exceeded: {} has used {} of {} {}",
+            self.owner.label,
+            self.show(used),
+            self.show(self.credit_limit),
+            self.unit()
+        );
+        if held > EPSILON {
+            message.push_str(&format!(
+                " ({} more held by requests in flight)",
+                self.show(held)
+            ));
+        }
+        if used + held < self.credit_limit - EPSILON {
+            message.push_str(&format!(
+                ", and this request may need up to {} more",
+                self.show(estimate)
+            ));
+        }
+        GatewayError::new(ErrorKind::BudgetExhausted, message).with_code("budget_exhausted")
+    }
+}
+
+/// How long an unused counter is kept: its period plus a day; a lifetime budget's for
+/// [`LIFETIME_IDLE_DAYS`]. Expiry is safe: a counter made again starts from what the control
+/// plane counted (every settlement is charged to it), and it ends any reservation whose
+/// settlement was lost.
+fn ttl_of(limit: &UsageLimit) -> Option<Duration> {
+    let days = match (limit.periodic_reset_days, limit.periodic_reset) {
+        (Some(days), _) => u64::from(days.max(1)),
+        (None, Some(PeriodicReset::Weekly)) => 7,
+        (None, Some(PeriodicReset::Monthly)) => 31,
+        (None, None) => return Some(Duration::from_secs(LIFETIME_IDLE_DAYS * DAY)),
+    };
+    Some(Duration::from_secs(days * DAY) + TTL_MARGIN)
+}
+
+/// The single target provider selection chose, if it chose one.
+fn planned_target(cx: &RequestCx) -> Option<&Target> {
+    match &cx.plan {
+        Some(RoutePlan::Single(t)) => Some(t),
+        _ => None,
+    }
+}
+
+/// A target's `override_params.model`.
+fn target_model(t: &Target) -> Option<&str> {
+    t.override_params.get("model").and_then(|m| m.as_str())
+}
+
+/// The request's reservation, for `on_log`.
+#[derive(Debug, Clone)]
+struct Reservation {
+    items: Vec<(Applied, f64)>,
+}
+
+/// The saved provider (slug) of the last upstream attempt.
+#[derive(Debug, Clone)]
+struct Through(Option<String>);
+
+/// The usage `cx.response.cost` was last computed for.
+#[derive(Debug, Clone, Copy)]
+struct Priced(Usage);
+
+/// One settlement's context, for the events it may raise.
+struct Settlement {
+    items: Vec<(Applied, Settle)>,
+    method: String,
+    uri: String,
+    request_id: String,
+    status: u16,
+    user_id: Option<String>,
+}
+
+impl Settlement {
+    /// The charges for the control plane and, when `used` (each counter after settling) is
+    /// known, the alert and exhaustion events not sent yet.
+    fn report(&self, shared: &Shared, used: Option<&[f64]>) -> Report {
+        let mut report = Report::default();
+        for (i, (a, s)) in self.items.iter().enumerate() {
+            if s.actual > 0.0 {
+                report.charges.push(UsageCharge {
+                    budget_id: a.budget_id.clone(),
+                    value_key: a.value_key.clone(),
+                    amount: s.actual,
+                    period: a.period,
+                    reset_epoch: a.reset_epoch,
+                });
+            }
+            let Some(&now_used) = used.and_then(|u| u.get(i)) else {
+                continue;
+            };
+            if let Some(threshold) = a.alert_threshold {
+                if now_used >= threshold - EPSILON
+                    && shared.first_time(format!("alert|{}|{threshold}", a.key))
+                {
+                    report
+                        .events
+                        .push(self.event(a, "usage_limits.alert", now_used));
+                    shared.metrics.alerts.with_label_values(&["alert"]).inc();
+                }
+            }
+            if now_used >= a.credit_limit - EPSILON
+                && shared.first_time(format!("exhausted|{}|{}", a.key, a.credit_limit))
+            {
+                report
+                    .events
+                    .push(self.event(a, "usage_limits.exhausted", now_used));
+                shared
+                    .metrics
+                    .alerts
+                    .with_label_values(&["exhausted"])
+                    .inc();
+            }
+        }
+        report
+    }
+
+    fn event(&self, a: &Applied, action: &str, used: f64) -> AuditEvent {
+        AuditEvent {
+            action: action.into(),
+            resource_type: a.owner.resource_type.into(),
+            resource_id: Some(a.owner.resource_id.clone()),
+            organisation_id: a.owner.organisation_id.clone(),
+            workspace_id: a.owner.workspace_id.clone(),
+            user_id: self.user_id.clone(),
+            method: self.method.clone(),
+            uri: self.uri.clone(),
+            request_id: self.request_id.clone(),
+            status: self.status,
+            client_ip: None,
+            details: json!({
+                "budget_id": a.budget_id,
+                "value_key": a.value_key,
+                "type": a.unit(),
+                "current_usage": used,
+                "credit_limit": a.credit_limit,
+                "alert_threshold": a.alert_threshold,
+                "period": a.period,
+                "reset_epoch": a.reset_epoch,
+            }),
+        }
+    }
+}
+
+/// Waits before each retry of a Redis settlement (a lost one would hold its reservation
+/// until the counter expires).
+const SETTLE_RETRIES: [Duration; 3] = [
+    Duration::from_millis(100),
+    Duration::from_secs(1),
+    Duration::from_secs(5),
+];
+
+#[async_trait]
+impl Plugin for UsageLimitPlugin {
+    fn kind(&self) -> &'static str {
+        UsageLimitFactory::KIND
+    }
+
+    async fn on_request(&self, cx: &mut RequestCx) -> Result<Flow, GatewayError> {
+        let now = (self.clock)();
+        let applied = self.applicable(cx, now);
+        if applied.is_empty() {
+            return Ok(Flow::Continue);
+        }
+        let usage = estimate::estimate(&cx.request, self.default_completion_tokens);
+        let cost = self.price_estimate(cx, usage);
+        let holds: Vec<Hold> = applied
+            .iter()
+            .map(|a| Hold {
+                key: a.key.clone(),
+                seed: a.seed,
+                amount: a.amount(1.0, Some(usage), Some(cost)),
+                limit: a.credit_limit,
+                ttl: a.ttl,
+            })
+            .collect();
+        let reserved: Vec<f64> = match self.shared.ledger.reserve(&holds).await {
+            Ok(Reserve::Held) => holds.iter().map(|h| h.amount).collect(),
+            Ok(Reserve::Refused { index, used, held }) => {
+                let a = &applied[index];
+                self.shared
+                    .metrics
+                    .rejections
+                    .with_label_values(&[a.owner.scope])
+                    .inc();
+                return Err(a.refusal(used, held, holds[index].amount));
+            }
+            Err(e) => {
+                self.warn_backend("reserve", &e);
+                match self.on_backend_error {
+                    // Unchecked, but its spend is still settled and charged.
+                    OnBackendError::Allow => vec![0.0; holds.len()],
+                    OnBackendError::Refuse => {
+                        return Err(GatewayError::internal(
+                            "budgets cannot be checked: the usage limit store is unavailable",
+                        ))
+                    }
+                }
+            }
+        };
+        cx.extensions.insert(Reservation {
+            items: applied.into_iter().zip(reserved).collect(),
+        });
+        Ok(Flow::Continue)
+    }
+
+    async fn on_route(
+        &self,
+        cx: &mut RequestCx,
+        target: &mut Target,
+    ) -> Result<Flow, GatewayError> {
+        cx.extensions.insert(Through(target.slug.clone()));
+        Ok(Flow::Continue)
+    }
+
+    async fn on_response(
+        &self,
+        cx: &mut RequestCx,
+        _response: &mut ResponseParts,
+    ) -> Result<Flow, GatewayError> {
+        self.note_cost(cx);
+        Ok(Flow::Continue)
+    }
+
+    fn on_chunk(&self, cx: &mut RequestCx, _chunk: &mut Chunk) -> Result<Flow, GatewayError> {
+        self.note_cost(cx);
+        Ok(Flow::Continue)
+    }
+
+    fn on_log(&self, cx: &RequestCx) {
+        let Some(reservation) = cx.extensions.get::<Reservation>() else {
+            return;
+        };
+        let status = cx.response.status.unwrap_or(0);
+        let succeeded = (200..300).contains(&status);
+        // A cached answer cost no tokens; it is still a request.
+        let cache_hit = cx
+            .response
+            .cache_status
+            .is_some_and(|s| s.eq_ignore_ascii_case("hit"));
+        let usage = if cache_hit { None } else { cx.response.usage };
+        let cost = usage.and_then(|u| cx.response.cost.or_else(|| self.price_answer(cx, u)));
+        let requests = if succeeded { 1.0 } else { 0.0 };
+        let settlement = Settlement {
+            items: reservation
+                .items
+                .iter()
+                .map(|(a, reserved)| {
+                    let settle = Settle {
+                        key: a.key.clone(),
+                        seed: a.seed,
+                        actual: a.amount(requests, usage, cost),
+                        reserved: *reserved,
+                        ttl: a.ttl,
+                    };
+                    (a.clone(), settle)
+                })
+                .collect(),
+            method: cx.method.as_str().to_owned(),
+            uri: cx.path.clone(),
+            request_id: cx.trace_id.clone(),
+            status,
+            user_id: cx
+                .extensions
+                .get::<Principal>()
+                .and_then(|p| p.user_id.clone()),
+        };
+        let settles: Vec<Settle> = settlement.items.iter().map(|(_, s)| s.clone()).collect();
+        if let Some(result) = self.shared.ledger.settle_now(&settles) {
+            let used = match result {
+                Ok(used) => Some(used),
+                Err(e) => {
+                    self.warn_backend("settle", &e);
+                    None
+                }
+            };
+            let report = settlement.report(&self.shared, used.as_deref());
+            self.shared.hand_over(report);
+            return;
+        }
+        let shared = self.shared.clone();
+        // Names this settlement so that a retry after a lost reply does not count it twice.
+        let token = format!("{}settled:{}", self.key_prefix, uuid::Uuid::new_v4());
+        self.runtime.spawn(async move {
+            let mut result = shared.ledger.settle(&token, &settles).await;
+            for wait in SETTLE_RETRIES {
+                if result.is_ok() {
+                    break;
+                }
+                tokio::time::sleep(wait).await;
+                result = shared.ledger.settle(&token, &settles).await;
+            }
+            let used = match result {
+                Ok(used) => Some(used),
+                Err(e) => {
+                    shared
+                        .metrics
+                        .backend_errors
+                        .with_label_values(&["settle"])
+                        .inc();
+                    tracing::error!(target: "gateway::usage_limit", error = %e,
+                        "a budget settlement failed; its reservation stays until the counter expires");
+                    None
+                }
+            };
+            let report = settlement.report(&shared, used.as_deref());
+            shared.hand_over(report);
+        });
+    }
+}

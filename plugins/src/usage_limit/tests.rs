@@ -1,0 +1,850 @@
+//! The plugin's phases driven with hand-made requests, a movable clock, a fake access
+//! snapshot and a sink that records what reaches the control plane.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use http::{HeaderMap, Method, StatusCode};
+use serde_json::{json, Value};
+
+use plugin_sdk::access::{
+    AccessStore, ApiKeyRecord, AuthMethod, Budget, Condition, CountedUsage, KeyKind, PeriodicReset,
+    UsageKind, UsageLimit, UsageLimitPolicy, WorkspaceRecord,
+};
+use plugin_sdk::headers::GwHeaders;
+use plugin_sdk::llm::LlmRequest;
+use plugin_sdk::sinks::{AuditEvent, ControlPlaneSink, LogRecord, UsageCharge};
+use plugin_sdk::{PluginDescriptor, Route};
+
+use super::*;
+
+// ---------------------------------------------------------------- fixtures
+
+#[derive(Default)]
+struct FakeAccess {
+    policies: Mutex<Vec<UsageLimitPolicy>>,
+}
+
+impl AccessStore for FakeAccess {
+    fn api_key(&self, _digest: &[u8; 32]) -> Option<Arc<ApiKeyRecord>> {
+        None
+    }
+    fn workspace(&self, _id: &str) -> Option<Arc<WorkspaceRecord>> {
+        None
+    }
+    fn rate_limit_policies(&self) -> Arc<[plugin_sdk::access::RateLimitPolicy]> {
+        Arc::from(Vec::new())
+    }
+    fn usage_limit_policies(&self) -> Arc<[UsageLimitPolicy]> {
+        Arc::from(self.policies.lock().unwrap().clone())
+    }
+    fn version(&self) -> i64 {
+        1
+    }
+}
+
+#[derive(Default)]
+struct RecordingSink {
+    charges: Mutex<Vec<UsageCharge>>,
+    events: Mutex<Vec<AuditEvent>>,
+}
+
+#[async_trait]
+impl ControlPlaneSink for RecordingSink {
+    async fn audit(&self, events: Vec<AuditEvent>) -> Result<(), String> {
+        self.events.lock().unwrap().extend(events);
+        Ok(())
+    }
+    async fn charge_usage(&self, charges: Vec<UsageCharge>) -> Result<(), String> {
+        self.charges.lock().unwrap().extend(charges);
+        Ok(())
+    }
+    async fn write_logs(&self, _records: Vec<LogRecord>) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+impl RecordingSink {
+    fn charged(&self, budget_id: &str) -> f64 {
+        self.charges
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|c| c.budget_id == budget_id)
+            .map(|c| c.amount)
+            .sum()
+    }
+
+    fn actions(&self) -> Vec<String> {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| e.action.clone())
+            .collect()
+    }
+}
+
+struct Env {
+    plugin: UsageLimitPlugin,
+    access: Arc<FakeAccess>,
+    sink: Arc<RecordingSink>,
+    registry: prometheus::Registry,
+    now: Arc<Mutex<SystemTime>>,
+}
+
+fn at(text: &str) -> SystemTime {
+    let secs = plugin_sdk::time::parse_rfc3339(text).expect("a valid time");
+    SystemTime::UNIX_EPOCH + Duration::from_secs(secs as u64)
+}
+
+fn env_with(config: Value, redis_url: Option<String>) -> Env {
+    let access = Arc::new(FakeAccess::default());
+    let sink = Arc::new(RecordingSink::default());
+    let mut cx = BuildCx::standalone();
+    cx.access = access.clone();
+    cx.sink = sink.clone();
+    cx.redis_url = redis_url;
+    let registry = cx.metrics.clone();
+    let now = Arc::new(Mutex::new(at("2026-03-10T12:00:00Z")));
+    let clock_now = now.clone();
+    let mut config = config;
+    if config.get("flush_interval_ms").is_none() {
+        config["flush_interval_ms"] = json!(5);
+    }
+    let config: UsageLimitConfig = serde_json::from_value(config).expect("a valid config");
+    let plugin = UsageLimitPlugin::start(config, &cx, Arc::new(move || *clock_now.lock().unwrap()))
+        .expect("built");
+    Env {
+        plugin,
+        access,
+        sink,
+        registry,
+        now,
+    }
+}
+
+fn env() -> Env {
+    env_with(json!({"backend": "memory"}), None)
+}
+
+fn limit(kind: UsageKind, credit_limit: f64) -> UsageLimit {
+    UsageLimit {
+        credit_limit,
+        kind,
+        alert_threshold: None,
+        periodic_reset: None,
+        periodic_reset_days: None,
+        next_usage_reset_at: None,
+    }
+}
+
+fn budget(id: &str, limit: UsageLimit) -> Budget {
+    Budget {
+        id: id.into(),
+        limit,
+        counted: CountedUsage::default(),
+    }
+}
+
+fn principal(budgets: Vec<Budget>) -> Principal {
+    Principal {
+        method: AuthMethod::ApiKey(KeyKind::WorkspaceService),
+        organisation_id: Some("org-1".into()),
+        workspace_id: Some("ws-1".into()),
+        api_key_id: Some("key-1".into()),
+        user_id: Some("user-1".into()),
+        scopes: vec!["completions.write".into()],
+        rate_limits: vec![],
+        budgets,
+    }
+}
+
+/// A chat request for gpt-4o through OpenAI, with `max_tokens`.
+fn chat(p: Option<Principal>, max_tokens: u64) -> RequestCx {
+    let mut cx = RequestCx::new(
+        uuid::Uuid::new_v4().to_string(),
+        Route::ChatCompletions,
+        Method::POST,
+        "/v1/chat/completions".into(),
+    );
+    let body = json!({"model": "gpt-4o", "max_tokens": max_tokens,
+        "messages": [{"role": "user", "content": "12345678"}]});
+    cx.body = Bytes::from(body.to_string());
+    cx.request = LlmRequest::decode(cx.route, &cx.body).unwrap();
+    cx.plan = Some(RoutePlan::Single(Target {
+        provider: "openai".into(),
+        ..Target::default()
+    }));
+    if let Some(p) = p {
+        cx.extensions.insert(p);
+    }
+    cx
+}
+
+fn with_metadata(mut cx: RequestCx, metadata: Value) -> RequestCx {
+    let mut headers = HeaderMap::new();
+    headers.insert("x-gw-metadata", metadata.to_string().parse().unwrap());
+    cx.gw = GwHeaders::parse(&headers).unwrap();
+    cx
+}
+
+/// Runs the response phases of an answer with `usage` (or a failure without), then `on_log`.
+async fn finish(
+    plugin: &UsageLimitPlugin,
+    cx: &mut RequestCx,
+    status: u16,
+    usage: Option<(u64, u64)>,
+) {
+    let mut target = Target {
+        provider: "openai".into(),
+        ..Target::default()
+    };
+    plugin.on_route(cx, &mut target).await.unwrap();
+    cx.response.status = Some(status);
+    cx.response.provider = Some("openai".into());
+    cx.response.model = Some("gpt-4o-2024-08-06".into());
+    cx.response.usage = usage.map(|(p, c)| Usage {
+        prompt_tokens: p,
+        completion_tokens: c,
+    });
+    if (200..300).contains(&status) {
+        let mut parts = ResponseParts {
+            status: StatusCode::from_u16(status).unwrap(),
+            headers: HeaderMap::new(),
+            body: Bytes::new(),
+        };
+        plugin.on_response(cx, &mut parts).await.unwrap();
+    }
+    plugin.on_log(cx);
+}
+
+/// One request answered with `usage`; panics when refused.
+async fn spend(plugin: &UsageLimitPlugin, p: &Principal, usage: (u64, u64)) {
+    let mut cx = chat(Some(p.clone()), 10);
+    plugin.on_request(&mut cx).await.expect("allowed");
+    finish(plugin, &mut cx, 200, Some(usage)).await;
+}
+
+async fn refused(plugin: &UsageLimitPlugin, cx: &mut RequestCx) -> GatewayError {
+    match plugin.on_request(cx).await {
+        Err(e) => e,
+        Ok(_) => panic!("expected a refusal"),
+    }
+}
+
+async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+fn metric(registry: &prometheus::Registry, name: &str, label: &str) -> u64 {
+    registry
+        .gather()
+        .iter()
+        .filter(|f| f.name() == name)
+        .flat_map(|f| f.get_metric().iter())
+        .filter(|m| m.get_label().iter().any(|l| l.value() == label))
+        .map(|m| m.get_counter().get_value() as u64)
+        .sum()
+}
+
+// ---------------------------------------------------------------- tests
+
+#[tokio::test]
+async fn refuses_with_412_once_spent() {
+    let e = env();
+    let p = principal(vec![budget(
+        "api_key:key-1",
+        limit(UsageKind::Requests, 2.0),
+    )]);
+    spend(&e.plugin, &p, (5, 5)).await;
+    spend(&e.plugin, &p, (5, 5)).await;
+    let err = refused(&e.plugin, &mut chat(Some(p), 10)).await;
+    assert_eq!(err.status(), StatusCode::PRECONDITION_FAILED);
+    let body = err.body();
+    assert_eq!(
+        body["error"]["message"],
+        "Usage limit exceeded: the API key's budget has used 2 of 2 requests"
+    );
+    assert_eq!(body["error"]["code"], "budget_exhausted");
+    assert_eq!(body["error"]["param"], Value::Null);
+    assert_eq!(
+        metric(&e.registry, "gw_usage_limit_rejections_total", "api_key"),
+        1
+    );
+}
+
+#[tokio::test]
+async fn requests_without_budgets_pass_untouched() {
+    let e = env();
+    let mut cx = chat(None, 10);
+    assert!(matches!(
+        e.plugin.on_request(&mut cx).await.unwrap(),
+        Flow::Continue
+    ));
+    assert!(cx.extensions.get::<Reservation>().is_none());
+    finish(&e.plugin, &mut cx, 200, Some((1, 1))).await;
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert!(e.sink.charges.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn settling_releases_the_unused_reservation() {
+    let e = env();
+    let p = principal(vec![budget(
+        "api_key:key-1",
+        limit(UsageKind::Tokens, 1000.0),
+    )]);
+    // Reserves 2 prompt tokens + 600.
+    let mut first = chat(Some(p.clone()), 600);
+    e.plugin.on_request(&mut first).await.unwrap();
+    let err = refused(&e.plugin, &mut chat(Some(p.clone()), 600)).await;
+    assert_eq!(
+        err.message,
+        "Usage limit exceeded: the API key's budget has used 0 of 1000 tokens \
+         (602 more held by requests in flight), and this request may need up to 602 more"
+    );
+    finish(&e.plugin, &mut first, 200, Some((40, 60))).await;
+    // 100 used: 602 fits again.
+    let mut second = chat(Some(p.clone()), 600);
+    e.plugin.on_request(&mut second).await.expect("room again");
+    finish(&e.plugin, &mut second, 200, Some((400, 490))).await;
+    // 990 used: a request of 2 + 10 tokens does not fit.
+    let err = refused(&e.plugin, &mut chat(Some(p), 10)).await;
+    assert!(
+        err.message.contains("has used 990 of 1000 tokens"),
+        "{}",
+        err.message
+    );
+    eventually("charges", || e.sink.charged("api_key:key-1") == 990.0).await;
+}
+
+#[tokio::test]
+async fn a_failed_request_releases_everything() {
+    let e = env();
+    let p = principal(vec![
+        budget("api_key:key-1", limit(UsageKind::Requests, 1.0)),
+        budget("workspace:ws-1:0", limit(UsageKind::Tokens, 100.0)),
+    ]);
+    let mut cx = chat(Some(p.clone()), 50);
+    e.plugin.on_request(&mut cx).await.unwrap();
+    // While it is in flight, the request budget is full.
+    let err = refused(&e.plugin, &mut chat(Some(p.clone()), 50)).await;
+    assert!(
+        err.message.contains("the API key's budget"),
+        "{}",
+        err.message
+    );
+    finish(&e.plugin, &mut cx, 502, None).await;
+    // Nothing was spent: both budgets have all their room.
+    let mut again = chat(Some(p.clone()), 98);
+    e.plugin.on_request(&mut again).await.expect("released");
+    finish(&e.plugin, &mut again, 200, Some((2, 3))).await;
+    eventually("charges", || e.sink.charged("workspace:ws-1:0") == 5.0).await;
+    assert_eq!(e.sink.charged("api_key:key-1"), 1.0);
+}
+
+#[tokio::test]
+async fn reservations_are_all_or_nothing_across_budgets() {
+    let e = env();
+    let roomy = budget("api_key:key-1", limit(UsageKind::Requests, 10.0));
+    let tight = budget("workspace:ws-1:0", limit(UsageKind::Tokens, 20.0));
+    let p = principal(vec![roomy, tight]);
+    // 2 + 100 tokens do not fit the workspace's 20: the key's budget must not move.
+    for _ in 0..5 {
+        let err = refused(&e.plugin, &mut chat(Some(p.clone()), 100)).await;
+        assert!(
+            err.message
+                .starts_with("Usage limit exceeded: the workspace's budget"),
+            "{}",
+            err.message
+        );
+    }
+    let only_key = principal(vec![budget(
+        "api_key:key-1",
+        limit(UsageKind::Requests, 1.0),
+    )]);
+    let mut cx = chat(Some(only_key), 10);
+    e.plugin
+        .on_request(&mut cx)
+        .await
+        .expect("the key's budget is untouched");
+    assert_eq!(
+        metric(&e.registry, "gw_usage_limit_rejections_total", "workspace"),
+        5
+    );
+}
+
+#[tokio::test]
+async fn the_period_rollover_starts_a_fresh_counter() {
+    let e = env();
+    *e.now.lock().unwrap() = at("2026-01-31T23:59:00Z");
+    let mut monthly = limit(UsageKind::Requests, 1.0);
+    monthly.periodic_reset = Some(PeriodicReset::Monthly);
+    let p = principal(vec![budget("api_key:key-1", monthly.clone())]);
+    spend(&e.plugin, &p, (1, 1)).await;
+    refused(&e.plugin, &mut chat(Some(p.clone()), 10)).await;
+    *e.now.lock().unwrap() = at("2026-02-01T00:00:01Z");
+    spend(&e.plugin, &p, (1, 1)).await;
+    refused(&e.plugin, &mut chat(Some(p), 10)).await;
+    // The charges name their periods.
+    eventually("two charges", || e.sink.charges.lock().unwrap().len() == 2).await;
+    let mut periods: Vec<i64> = e
+        .sink
+        .charges
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|c| c.period)
+        .collect();
+    periods.sort();
+    let jan = monthly.period_at(at("2026-01-15T00:00:00Z"));
+    assert_eq!(periods, vec![jan, jan + 1]);
+}
+
+#[tokio::test]
+async fn a_manual_reset_starts_a_fresh_counter() {
+    let e = env();
+    let mut b = budget("api_key:key-1", limit(UsageKind::Requests, 1.0));
+    spend(&e.plugin, &principal(vec![b.clone()]), (1, 1)).await;
+    refused(&e.plugin, &mut chat(Some(principal(vec![b.clone()])), 10)).await;
+    // The control plane reset it: the epoch moves, its counted usage is 0.
+    b.counted = CountedUsage {
+        current_usage: 0.0,
+        period: 0,
+        reset_epoch: 1,
+    };
+    spend(&e.plugin, &principal(vec![b.clone()]), (1, 1)).await;
+    refused(&e.plugin, &mut chat(Some(principal(vec![b])), 10)).await;
+    eventually("two charges", || e.sink.charges.lock().unwrap().len() == 2).await;
+    let mut epochs: Vec<i64> = e
+        .sink
+        .charges
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|c| c.reset_epoch)
+        .collect();
+    epochs.sort();
+    assert_eq!(epochs, vec![0, 1]);
+}
+
+#[tokio::test]
+async fn counters_start_from_what_the_control_plane_counted() {
+    let e = env();
+    let mut weekly = limit(UsageKind::Requests, 10.0);
+    weekly.periodic_reset = Some(PeriodicReset::Weekly);
+    let period = weekly.period_at(*e.now.lock().unwrap());
+    let mut b = budget("api_key:key-1", weekly);
+    b.counted = CountedUsage {
+        current_usage: 9.0,
+        period,
+        reset_epoch: 0,
+    };
+    let p = principal(vec![b.clone()]);
+    spend(&e.plugin, &p, (1, 1)).await;
+    let err = refused(&e.plugin, &mut chat(Some(p), 10)).await;
+    assert!(err.message.contains("has used 10 of 10"), "{}", err.message);
+    // Usage counted in an earlier week does not count.
+    let mut old = b.clone();
+    old.id = "api_key:key-2".into();
+    old.counted.period = period - 1;
+    let p = principal(vec![old]);
+    for _ in 0..10 {
+        spend(&e.plugin, &p, (1, 1)).await;
+    }
+    refused(&e.plugin, &mut chat(Some(p), 10)).await;
+}
+
+#[tokio::test]
+async fn raising_the_credit_limit_reactivates_at_once() {
+    let e = env();
+    let b = budget("workspace:ws-1:0", limit(UsageKind::Requests, 1.0));
+    spend(&e.plugin, &principal(vec![b.clone()]), (1, 1)).await;
+    let err = refused(&e.plugin, &mut chat(Some(principal(vec![b.clone()])), 10)).await;
+    assert!(
+        err.message
+            .contains("the workspace's budget has used 1 of 1"),
+        "{}",
+        err.message
+    );
+    let mut raised = b;
+    raised.limit.credit_limit = 2.0;
+    spend(&e.plugin, &principal(vec![raised.clone()]), (1, 1)).await;
+    refused(&e.plugin, &mut chat(Some(principal(vec![raised])), 10)).await;
+}
+
+#[tokio::test]
+async fn alert_and_exhaustion_events_are_sent_once() {
+    let e = env();
+    let mut l = limit(UsageKind::Requests, 3.0);
+    l.alert_threshold = Some(2.0);
+    let p = principal(vec![budget("api_key:key-1", l)]);
+    spend(&e.plugin, &p, (1, 1)).await;
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert!(e.sink.actions().is_empty(), "below the threshold");
+    spend(&e.plugin, &p, (1, 1)).await;
+    eventually("the alert", || e.sink.actions() == ["usage_limits.alert"]).await;
+    spend(&e.plugin, &p, (1, 1)).await;
+    eventually("exhaustion", || e.sink.actions().len() == 2).await;
+    refused(&e.plugin, &mut chat(Some(p.clone()), 10)).await;
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(
+        e.sink.actions(),
+        ["usage_limits.alert", "usage_limits.exhausted"]
+    );
+    let events = e.sink.events.lock().unwrap().clone();
+    let alert = &events[0];
+    assert_eq!(alert.resource_type, "api_key");
+    assert_eq!(alert.resource_id.as_deref(), Some("key-1"));
+    assert_eq!(alert.organisation_id.as_deref(), Some("org-1"));
+    assert_eq!(alert.workspace_id.as_deref(), Some("ws-1"));
+    assert_eq!(alert.user_id.as_deref(), Some("user-1"));
+    assert_eq!(alert.uri, "/v1/chat/completions");
+    assert_eq!(alert.details["current_usage"], 2.0);
+    assert_eq!(alert.details["alert_threshold"], 2.0);
+    assert_eq!(events[1].details["current_usage"], 3.0);
+    assert_eq!(
+        metric(&e.registry, "gw_usage_limit_alerts_total", "alert"),
+        1
+    );
+    assert_eq!(
+        metric(&e.registry, "gw_usage_limit_alerts_total", "exhausted"),
+        1
+    );
+}
+
+#[tokio::test]
+async fn cost_budgets_are_priced_and_charged() {
+    let e = env_with(
+        json!({"backend": "memory", "prices": [
+            {"provider": "openai", "model": "gpt-4o", "input_per_million": 1000000, "output_per_million": 2000000}
+        ]}),
+        None,
+    );
+    // $1 per prompt token, $2 per completion token.
+    let p = principal(vec![budget("api_key:key-1", limit(UsageKind::Cost, 30.0))]);
+    let mut cx = chat(Some(p.clone()), 10);
+    e.plugin.on_request(&mut cx).await.unwrap();
+    // Reserved: 2 prompt tokens + 10 completion = $22; another such request does not fit.
+    let err = refused(&e.plugin, &mut chat(Some(p.clone()), 10)).await;
+    assert!(
+        err.message.contains("has used 0 of 30 USD (22 more held"),
+        "{}",
+        err.message
+    );
+    finish(&e.plugin, &mut cx, 200, Some((3, 2))).await;
+    assert_eq!(cx.response.cost, Some(7.0), "on_response prices the answer");
+    eventually("the charge", || e.sink.charged("api_key:key-1") == 7.0).await;
+    let charge = e.sink.charges.lock().unwrap()[0].clone();
+    assert_eq!(charge.value_key, "");
+    assert_eq!(charge.period, 0);
+    // 7 used: 22 fits.
+    let mut cx = chat(Some(p), 10);
+    e.plugin.on_request(&mut cx).await.expect("room");
+}
+
+#[tokio::test]
+async fn a_saved_providers_prices_apply_through_it() {
+    let e = env_with(
+        json!({"backend": "memory", "prices": [
+            {"slug": "cheap", "model": "gpt-4o", "input_per_million": 0, "output_per_million": 0}
+        ]}),
+        None,
+    );
+    let mut cx = chat(None, 10);
+    let mut target = Target {
+        provider: "openai".into(),
+        slug: Some("cheap".into()),
+        ..Target::default()
+    };
+    e.plugin.on_route(&mut cx, &mut target).await.unwrap();
+    cx.response.provider = Some("openai".into());
+    cx.response.usage = Some(Usage {
+        prompt_tokens: 1_000_000,
+        completion_tokens: 0,
+    });
+    let mut parts = ResponseParts {
+        status: StatusCode::OK,
+        headers: HeaderMap::new(),
+        body: Bytes::new(),
+    };
+    e.plugin.on_response(&mut cx, &mut parts).await.unwrap();
+    assert_eq!(cx.response.cost, Some(0.0));
+    // Without the slug: the shipped price.
+    let mut cx = chat(None, 10);
+    cx.response.provider = Some("openai".into());
+    cx.response.usage = Some(Usage {
+        prompt_tokens: 1_000_000,
+        completion_tokens: 0,
+    });
+    let mut chunk = Chunk { data: Bytes::new() };
+    e.plugin.on_chunk(&mut cx, &mut chunk).unwrap();
+    assert_eq!(cx.response.cost, Some(2.5));
+}
+
+#[tokio::test]
+async fn cache_hits_cost_no_tokens() {
+    let e = env();
+    let p = principal(vec![
+        budget("api_key:key-1", limit(UsageKind::Tokens, 1000.0)),
+        budget("workspace:ws-1:0", limit(UsageKind::Requests, 1000.0)),
+    ]);
+    let mut cx = chat(Some(p), 10);
+    e.plugin.on_request(&mut cx).await.unwrap();
+    cx.response.cache_status = Some("HIT");
+    finish(&e.plugin, &mut cx, 200, Some((10, 10))).await;
+    eventually("the request charge", || {
+        e.sink.charged("workspace:ws-1:0") == 1.0
+    })
+    .await;
+    assert_eq!(e.sink.charged("api_key:key-1"), 0.0);
+}
+
+fn policy(
+    id: &str,
+    workspace: &str,
+    conditions: Vec<Condition>,
+    group_by: &[&str],
+) -> UsageLimitPolicy {
+    UsageLimitPolicy {
+        id: id.into(),
+        organisation_id: "org-1".into(),
+        workspace_id: workspace.into(),
+        name: Some("per-user cap".into()),
+        conditions,
+        group_by: group_by.iter().map(|g| g.to_string()).collect(),
+        limit: limit(UsageKind::Requests, 1.0),
+        usage: BTreeMap::new(),
+    }
+}
+
+#[tokio::test]
+async fn policies_count_per_group_by_value() {
+    let e = env();
+    let any_user = Condition {
+        key: "metadata._user".into(),
+        value: "*".into(),
+        excludes: Some(vec!["root".into()]),
+    };
+    let mut counted = policy("pol-1", "ws-1", vec![any_user], &["metadata._user"]);
+    // The control plane already counted bob's request of this lifetime budget.
+    counted.usage.insert(
+        "metadata._user:bob".into(),
+        CountedUsage {
+            current_usage: 1.0,
+            period: 0,
+            reset_epoch: 0,
+        },
+    );
+    *e.access.policies.lock().unwrap() = vec![counted, policy("pol-other-ws", "ws-2", vec![], &[])];
+    let request =
+        |user: &str| with_metadata(chat(Some(principal(vec![])), 10), json!({"_user": user}));
+
+    let mut cx = request("alice");
+    e.plugin.on_request(&mut cx).await.expect("alice's first");
+    finish(&e.plugin, &mut cx, 200, Some((1, 1))).await;
+    let err = refused(&e.plugin, &mut request("alice")).await;
+    assert_eq!(
+        err.message,
+        "Usage limit exceeded: usage limits policy \"per-user cap\" for metadata._user:alice \
+         has used 1 of 1 requests"
+    );
+    let err = refused(&e.plugin, &mut request("bob")).await;
+    assert!(
+        err.message.contains("metadata._user:bob"),
+        "{}",
+        err.message
+    );
+    // Excluded and absent users, and other workspaces, are not governed.
+    for mut cx in [request("root"), chat(Some(principal(vec![])), 10), {
+        let mut p = principal(vec![]);
+        p.workspace_id = Some("ws-3".into());
+        with_metadata(chat(Some(p), 10), json!({"_user": "alice"}))
+    }] {
+        e.plugin.on_request(&mut cx).await.expect("not governed");
+        assert!(cx.extensions.get::<Reservation>().is_none());
+    }
+    eventually("alice's charge", || e.sink.charged("policy:pol-1") == 1.0).await;
+    let charge = e.sink.charges.lock().unwrap()[0].clone();
+    assert_eq!(charge.value_key, "metadata._user:alice");
+    assert_eq!(
+        metric(&e.registry, "gw_usage_limit_rejections_total", "policy"),
+        2
+    );
+}
+
+#[tokio::test]
+async fn a_store_failure_allows_or_refuses_as_configured() {
+    // Nothing listens on port 1: the connection is refused at once.
+    let url = Some("redis://127.0.0.1:1".to_string());
+    let p = principal(vec![budget(
+        "api_key:key-1",
+        limit(UsageKind::Requests, 1.0),
+    )]);
+    let allow = env_with(json!({"backend": "redis"}), url.clone());
+    let mut cx = chat(Some(p.clone()), 10);
+    allow
+        .plugin
+        .on_request(&mut cx)
+        .await
+        .expect("allowed unchecked");
+    assert_eq!(
+        metric(
+            &allow.registry,
+            "gw_usage_limit_backend_errors_total",
+            "reserve"
+        ),
+        1
+    );
+    let refuse = env_with(
+        json!({"backend": "redis", "on_backend_error": "refuse"}),
+        url,
+    );
+    let err = refused(&refuse.plugin, &mut chat(Some(p), 10)).await;
+    assert_eq!(err.status(), StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(err.message.contains("usage limit store"), "{}", err.message);
+}
+
+#[test]
+fn config_is_validated_naming_the_field() {
+    let d = PluginDescriptor::find("usage_limit").expect("registered");
+    assert!(d.check(&json!({})).is_ok());
+    let paths = |config: Value| -> Vec<String> {
+        d.check(&config)
+            .unwrap_err()
+            .into_iter()
+            .map(|i| i.path)
+            .collect()
+    };
+    assert_eq!(paths(json!({"backend": "disk"})), vec!["backend"]);
+    assert_eq!(paths(json!({"bogus": 1})), vec!["bogus"]);
+    assert_eq!(paths(json!({"queue_capacity": 0})), vec!["queue_capacity"]);
+    assert_eq!(
+        paths(json!({"default_completion_tokens": 5_000_000})),
+        vec!["default_completion_tokens"]
+    );
+    assert_eq!(
+        paths(json!({"flush_interval_ms": 0})),
+        vec!["flush_interval_ms"]
+    );
+    assert_eq!(paths(json!({"key_prefix": ""})), vec!["key_prefix"]);
+    assert_eq!(
+        paths(json!({"prices": [
+            {"provider": "openai", "model": "m", "input_per_million": 1, "output_per_million": 1},
+            {"model": "m", "input_per_million": 1, "output_per_million": -1}
+        ]})),
+        vec!["prices[1]", "prices[1].output_per_million"]
+    );
+    assert_eq!(
+        paths(json!({"prices": [{"provider": "p", "model": "m", "input_per_million": 1}]})),
+        vec!["prices[0]"]
+    );
+}
+
+#[test]
+fn a_redis_backend_needs_a_redis_url() {
+    let d = PluginDescriptor::find("usage_limit").expect("registered");
+    let err = d
+        .build(&json!({"backend": "redis"}), &BuildCx::standalone())
+        .err()
+        .expect("refused");
+    assert!(err[0].message.contains("GW_REDIS_URL"), "{err:?}");
+    assert!(d.build(&json!({}), &BuildCx::standalone()).is_ok());
+}
+
+#[test]
+fn counters_expire_after_their_period() {
+    let mut l = limit(UsageKind::Cost, 1.0);
+    assert_eq!(ttl_of(&l), Some(Duration::from_secs(30 * DAY)));
+    l.periodic_reset = Some(PeriodicReset::Weekly);
+    assert_eq!(ttl_of(&l), Some(Duration::from_secs(8 * DAY)));
+    l.periodic_reset_days = Some(3);
+    assert_eq!(ttl_of(&l), Some(Duration::from_secs(4 * DAY)));
+}
+
+/// Two plugins over one Redis stand for two gateway instances.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_share_a_budget_in_redis() {
+    let Ok(url) = std::env::var("GW_TEST_REDIS_URL") else {
+        eprintln!("GW_TEST_REDIS_URL is not set: skipping the Redis budget test");
+        return;
+    };
+    let client = ::redis::Client::open(url.as_str()).expect("GW_TEST_REDIS_URL is a Redis URL");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("GW_TEST_REDIS_URL is set but Redis is unreachable: {e}"));
+    let prefix = format!("gw:test:{}:", uuid::Uuid::new_v4());
+    let config = json!({"backend": "redis", "key_prefix": prefix, "on_backend_error": "refuse"});
+    let a = Arc::new(env_with(config.clone(), Some(url.clone())));
+    let b = Arc::new(env_with(config, Some(url)));
+    let p = principal(vec![budget(
+        "api_key:key-1",
+        limit(UsageKind::Tokens, 300.0),
+    )]);
+    // Each request reserves 2 + 10 tokens and spends 10: at most 25 reservations fit at once.
+    let mut tasks = Vec::new();
+    for i in 0..60 {
+        let e = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let p = p.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut cx = chat(Some(p), 10);
+            match e.plugin.on_request(&mut cx).await {
+                Ok(_) => Some(cx),
+                Err(err) => {
+                    assert_eq!(err.status(), StatusCode::PRECONDITION_FAILED, "{err}");
+                    None
+                }
+            }
+        }));
+    }
+    let mut held = Vec::new();
+    for t in tasks {
+        if let Some(cx) = t.await.unwrap() {
+            held.push(cx);
+        }
+    }
+    assert_eq!(
+        held.len(),
+        25,
+        "300 tokens hold exactly 25 reservations of 12"
+    );
+    // Settle them all (5 + 5 each): 250 used; 50 left = 4 more reservations.
+    for (i, mut cx) in held.into_iter().enumerate() {
+        let e = if i % 2 == 0 { &a } else { &b };
+        finish(&e.plugin, &mut cx, 200, Some((5, 5))).await;
+    }
+    let total = || a.sink.charged("api_key:key-1") + b.sink.charged("api_key:key-1");
+    eventually("every charge", || total() == 250.0).await;
+    let mut granted = 0;
+    for i in 0..10 {
+        let e = if i % 2 == 0 { &a } else { &b };
+        if e.plugin
+            .on_request(&mut chat(Some(p.clone()), 10))
+            .await
+            .is_ok()
+        {
+            granted += 1;
+        }
+    }
+    assert_eq!(granted, 4);
+    let keys: Vec<String> = ::redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(!keys.is_empty());
+    let _: () = ::redis::cmd("DEL")
+        .arg(keys)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
