@@ -5,6 +5,12 @@
 //! - `gw_request_duration_seconds{route,provider,model,status_class}` (histogram)
 //! - `gw_upstream_duration_seconds{provider}` (histogram, time to the upstream response header)
 //! - `gw_tokens_total{provider,model,direction="in"|"out"}`
+//! - `gw_cost_usd_total{provider,model}`: US dollars, from `cx.response.cost` when a plugin set
+//!   it, else from the shipped price table when the provider reported usage (a model without a
+//!   price adds nothing)
+//!
+//! Cache outcomes (`gw_cache_requests_total`) and refusals by auth, rate limits and budgets are
+//! counted by those plugins themselves; the request log's queue by `log_store`.
 //!
 //! Labels are bounded: `model` keeps the first `max_models` distinct names and folds the rest
 //! into `other`, because model names come from clients. Keys and users are never labels.
@@ -13,7 +19,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, RwLock};
 
 use async_trait::async_trait;
-use prometheus::{HistogramOpts, HistogramVec, IntCounterVec, Opts};
+use prometheus::{CounterVec, HistogramOpts, HistogramVec, IntCounterVec, Opts};
 use serde::Deserialize;
 
 use plugin_sdk::{BuildCx, ConfigIssue, Plugin, PluginFactory, RequestCx};
@@ -35,6 +41,7 @@ pub struct Metrics {
     duration: HistogramVec,
     upstream: HistogramVec,
     tokens: IntCounterVec,
+    cost: CounterVec,
     models: ModelLabels,
 }
 
@@ -88,11 +95,20 @@ impl PluginFactory for MetricsFactory {
             &["provider", "model", "direction"],
         )
         .map_err(|e| e.to_string())?;
+        let cost = CounterVec::new(
+            Opts::new(
+                "gw_cost_usd_total",
+                "Cost of the answers in US dollars, from the price table",
+            ),
+            &["provider", "model"],
+        )
+        .map_err(|e| e.to_string())?;
         for c in [
             Box::new(requests.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(duration.clone()),
             Box::new(upstream.clone()),
             Box::new(tokens.clone()),
+            Box::new(cost.clone()),
         ] {
             cx.metrics.register(c).map_err(|e| {
                 format!("cannot register metrics (is `metrics` listed twice?): {e}")
@@ -103,6 +119,7 @@ impl PluginFactory for MetricsFactory {
             duration,
             upstream,
             tokens,
+            cost,
             models: ModelLabels::new(config.max_models),
         }))
     }
@@ -119,12 +136,8 @@ impl Plugin for Metrics {
     fn on_log(&self, cx: &RequestCx) {
         let r = &cx.response;
         let provider = r.provider.as_deref().unwrap_or("none");
-        let model = self.models.label(
-            r.model
-                .as_deref()
-                .or(cx.requested_model())
-                .unwrap_or("none"),
-        );
+        let model_name = r.model.as_deref().or(cx.requested_model());
+        let model = self.models.label(model_name.unwrap_or("none"));
         let class = status_class(r.status.unwrap_or(0));
         let labels = [cx.route.as_str(), provider, model.as_str(), class];
         self.requests.with_label_values(&labels).inc();
@@ -143,6 +156,17 @@ impl Plugin for Metrics {
             self.tokens
                 .with_label_values(&[provider, model.as_str(), "out"])
                 .inc_by(usage.completion_tokens);
+        }
+        let cost = r.cost.or_else(|| {
+            r.usage.and_then(|usage| {
+                crate::log_store::computed_cost(r.provider.as_deref(), model_name, usage)
+            })
+        });
+        // A counter only goes up (and a negative add panics in debug builds): skip nonsense.
+        if let Some(cost) = cost.filter(|c| c.is_finite() && *c > 0.0) {
+            self.cost
+                .with_label_values(&[provider, model.as_str()])
+                .inc_by(cost);
         }
     }
 }
@@ -199,6 +223,90 @@ mod tests {
         assert_eq!(labels.label("b"), "b");
         assert_eq!(labels.label("c"), "other");
         assert_eq!(labels.label("a"), "a");
+    }
+
+    fn built() -> (Arc<dyn Plugin>, prometheus::Registry) {
+        let cx = BuildCx::standalone();
+        let plugin = plugin_sdk::PluginDescriptor::find("metrics")
+            .expect("registered")
+            .build(&serde_json::json!({}), &cx)
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        (plugin, cx.metrics)
+    }
+
+    fn answered(cost: Option<f64>) -> RequestCx {
+        let mut cx = RequestCx::new(
+            "t".into(),
+            plugin_sdk::Route::ChatCompletions,
+            http::Method::POST,
+            "/v1/chat/completions".into(),
+        );
+        cx.response.status = Some(200);
+        cx.response.provider = Some("openai".into());
+        cx.response.model = Some("gpt-4o".into());
+        cx.response.usage = Some(plugin_sdk::Usage {
+            prompt_tokens: 10,
+            completion_tokens: 5,
+        });
+        cx.response.cost = cost;
+        cx
+    }
+
+    fn exposition(registry: &prometheus::Registry) -> String {
+        prometheus::TextEncoder::new()
+            .encode_to_string(&registry.gather())
+            .expect("encodes")
+    }
+
+    #[test]
+    fn tokens_and_cost_are_counted_by_provider_and_model() {
+        let (plugin, registry) = built();
+        plugin.on_log(&answered(Some(0.5)));
+        plugin.on_log(&answered(Some(0.25)));
+        let text = exposition(&registry);
+        assert!(
+            text.contains(r#"gw_cost_usd_total{model="gpt-4o",provider="openai"} 0.75"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"gw_tokens_total{direction="in",model="gpt-4o",provider="openai"} 20"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"gw_tokens_total{direction="out",model="gpt-4o",provider="openai"} 10"#
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn without_a_cost_the_price_table_prices_the_usage() {
+        let (plugin, registry) = built();
+        plugin.on_log(&answered(None));
+        let usage = plugin_sdk::Usage {
+            prompt_tokens: 10,
+            completion_tokens: 5,
+        };
+        let expected = crate::pricing::PriceTable::shipped()
+            .cost("openai", "gpt-4o", usage)
+            .expect("the shipped table prices gpt-4o");
+        let text = exposition(&registry);
+        assert!(
+            text.contains(&format!(
+                r#"gw_cost_usd_total{{model="gpt-4o",provider="openai"}} {expected}"#
+            )),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_cost_that_is_not_a_positive_number_adds_nothing() {
+        let (plugin, registry) = built();
+        for cost in [-1.0, f64::NAN, f64::INFINITY, 0.0] {
+            plugin.on_log(&answered(Some(cost)));
+        }
+        assert!(!exposition(&registry).contains("gw_cost_usd_total{"));
     }
 
     #[test]
