@@ -9,10 +9,13 @@ import sys
 import openai
 from openai import OpenAI
 
+# The gateway's own key (the default pipeline authenticates every request).
+GW_KEY = {"x-gw-api-key": os.environ["GW_API_KEY"]}
+
 client = OpenAI(
     base_url=os.environ["GW_URL"],
     api_key="unused-the-saved-provider-has-the-key",
-    default_headers={"x-gw-provider": "@mock"},
+    default_headers={"x-gw-provider": "@mock", **GW_KEY},
 )
 passed = failed = 0
 
@@ -98,7 +101,7 @@ def fallback_config():
     routed = OpenAI(
         base_url=os.environ["GW_URL"],
         api_key="unused",
-        default_headers={"x-gw-config": json.dumps(config)},
+        default_headers={"x-gw-config": json.dumps(config), **GW_KEY},
     )
     raw = routed.chat.completions.with_raw_response.create(
         model="gpt-sdk", messages=[{"role": "user", "content": "fall back"}]
@@ -110,7 +113,7 @@ def fallback_config():
 def routed_client(config, extra_headers=None):
     headers = {"x-gw-config": json.dumps(config)}
     headers.update(extra_headers or {})
-    return OpenAI(base_url=os.environ["GW_URL"], api_key="unused", default_headers=headers)
+    return OpenAI(base_url=os.environ["GW_URL"], api_key="unused", default_headers={**headers, **GW_KEY})
 
 
 def mock_target(**fields):
@@ -211,7 +214,7 @@ def provider_client(provider):
     headers = {"x-gw-provider": provider, **headers}
     # The SDK sends its api_key as the bearer; the headers above override it where needed.
     key = headers.pop("Authorization", "Bearer unused").split(" ", 1)[1]
-    return model, OpenAI(base_url=os.environ["GW_URL"], api_key=key, default_headers=headers)
+    return model, OpenAI(base_url=os.environ["GW_URL"], api_key=key, default_headers={**headers, **GW_KEY})
 
 
 def provider_checks(provider):

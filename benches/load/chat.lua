@@ -1,9 +1,18 @@
--- wrk script: a ~1 KB chat completion request, the same for every target.
--- The provider header is read by the gateway and ignored by the mock and the bare proxy.
+-- wrk script: a ~1 KB chat completion request, the same shape for every target, with a new
+-- prompt each time (a counter) so that the gateway's cache takes its miss path.
+-- The gateway headers are read by the gateway and ignored by the mock and the bare proxy.
 local content = string.rep("The quick brown fox jumps over the lazy dog. ", 20)
+local counter = 0
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 wrk.headers["x-gw-provider"] = "@mock"
-wrk.body = '{"model":"gpt-bench","temperature":0.7,"messages":[' ..
+wrk.headers["x-gw-api-key"] = os.getenv("GW_BENCH_KEY") or ""
+local head = '{"model":"gpt-bench","temperature":0.7,"messages":[' ..
   '{"role":"system","content":"You are a benchmark."},' ..
-  '{"role":"user","content":"' .. content .. '"}]}'
+  '{"role":"user","content":"' .. content
+local tail = '"}]}'
+
+request = function()
+  counter = counter + 1
+  return wrk.format(nil, nil, nil, head .. counter .. tail)
+end

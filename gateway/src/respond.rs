@@ -1,6 +1,6 @@
 //! Writing answers to the client. Every response the gateway itself produces (errors, plugin
 //! answers, health, metrics) goes through here, so the headers every answer carries
-//! (`x-gw-trace-id`, `x-gw-provider`) are set in one place.
+//! (`x-gw-trace-id`, `x-gw-provider`, `x-gw-cache-status`...) are set in one place.
 
 use bytes::Bytes;
 use http::{HeaderName, StatusCode};
@@ -14,6 +14,7 @@ pub const PROVIDER: HeaderName = HeaderName::from_static("x-gw-provider");
 pub const LAST_USED_OPTION_INDEX: HeaderName =
     HeaderName::from_static("x-gw-last-used-option-index");
 pub const RETRY_ATTEMPT_COUNT: HeaderName = HeaderName::from_static("x-gw-retry-attempt-count");
+pub const CACHE_STATUS: HeaderName = HeaderName::from_static("x-gw-cache-status");
 
 /// A response header with the gateway's own headers set.
 pub fn header(status: StatusCode, cx: Option<&RequestCx>) -> pingora::Result<ResponseHeader> {
@@ -22,6 +23,9 @@ pub fn header(status: StatusCode, cx: Option<&RequestCx>) -> pingora::Result<Res
         h.insert_header(TRACE_ID, cx.trace_id.as_str())?;
         if let Some(p) = &cx.response.provider {
             h.insert_header(PROVIDER, p.as_str())?;
+        }
+        if let Some(status) = cx.response.cache_status {
+            h.insert_header(CACHE_STATUS, status)?;
         }
         // Requests routed by a config say which target answered and after how many retries
         // (-1: every retry was used and the answer still failed).
@@ -85,7 +89,12 @@ pub async fn plugin(session: &mut Session, cx: &mut RequestCx, response: PluginR
     let result = async {
         let mut h = header(response.status, Some(cx))?;
         for (name, value) in &response.headers {
-            h.append_header(name.clone(), value.clone())?;
+            // The gateway's own headers appear once: the plugin's value replaces the default.
+            if name.as_str().starts_with("x-gw-") {
+                h.insert_header(name.clone(), value.clone())?;
+            } else {
+                h.append_header(name.clone(), value.clone())?;
+            }
         }
         complete(session, h, response.body).await
     }

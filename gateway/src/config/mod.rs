@@ -385,9 +385,22 @@ fn top_level_issues(json: &Value) -> Vec<ConfigIssue> {
         .collect()
 }
 
-/// The pipeline used when the file has none.
+/// The pipeline used when the file has none: the same as `configs/gateway.yaml`'s. Requests
+/// are authenticated, routed, limited, budgeted, cached, logged (to the database and as a
+/// tracing line) and metered; each plugin with its defaults.
+pub const DEFAULT_PIPELINE: [&str; 8] = [
+    "log_store",
+    "auth",
+    "provider_select",
+    "rate_limit",
+    "usage_limit",
+    "cache",
+    "request_log",
+    "metrics",
+];
+
 fn default_pipeline() -> Vec<Value> {
-    ["provider_select", "request_log", "metrics"]
+    DEFAULT_PIPELINE
         .iter()
         .map(|k| serde_json::json!({ "kind": k }))
         .collect()
@@ -460,7 +473,19 @@ mod tests {
         assert_eq!(c.listen, "127.0.0.1:8787".parse().unwrap());
         assert_eq!(c.max_body_bytes, DEFAULT_MAX_BODY_BYTES);
         let kinds: Vec<_> = c.pipeline.iter().map(|p| p.kind.as_str()).collect();
-        assert_eq!(kinds, ["provider_select", "request_log", "metrics"]);
+        assert_eq!(kinds, DEFAULT_PIPELINE);
+        // The shipped file runs the same pipeline.
+        let shipped = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../configs/gateway.yaml"
+        ))
+        .unwrap();
+        let shipped_kinds: Vec<&str> = shipped
+            .lines()
+            .filter_map(|l| l.trim_start().strip_prefix("- kind: "))
+            .map(str::trim)
+            .collect();
+        assert_eq!(shipped_kinds, DEFAULT_PIPELINE);
     }
 
     #[test]
@@ -496,10 +521,16 @@ pipeline:
         }
         let errors = load(yaml).unwrap_err();
         let text = errors.to_string();
-        assert!(
-            text.contains("registered kinds: guardrails, metrics, provider_select, request_log"),
-            "{text}"
-        );
+        let kinds = text
+            .lines()
+            .find_map(|l| l.split_once("registered kinds: ").map(|(_, k)| k))
+            .unwrap_or_else(|| panic!("no list of kinds in {text}"));
+        for kind in ["auth", "cache", "metrics", "provider_select", "request_log"] {
+            assert!(
+                kinds.split(", ").any(|k| k == kind),
+                "{kind} not in {kinds}"
+            );
+        }
         assert!(text.contains("colour"), "{text}");
     }
 

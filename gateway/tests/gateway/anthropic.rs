@@ -6,8 +6,7 @@ use serde_json::{json, Value};
 use crate::common::{expect_error, hello, Env};
 
 fn anthropic(env: &Env, path: &str) -> reqwest::RequestBuilder {
-    env.client
-        .post(env.url(path))
+    env.gw_post(path)
         .header("x-gw-provider", "anthropic")
         .header("x-gw-custom-host", env.mock.base_url())
         .header("authorization", "Bearer sk-ant-test")
@@ -181,8 +180,7 @@ async fn fallback_crosses_wire_formats() {
             body["stream"] = json!(true);
         }
         let resp = env
-            .client
-            .post(env.url("/v1/chat/completions"))
+            .gw_post("/v1/chat/completions")
             .header("x-gw-config", config.to_string())
             .json(&body)
             .send()

@@ -28,8 +28,7 @@ async fn azure_addresses_the_deployment_with_its_api_key() {
 
     // Without a deployment there is nothing to address.
     let resp = env
-        .client
-        .post(env.url("/v1/chat/completions"))
+        .gw_post("/v1/chat/completions")
         .header("x-gw-provider", "azure-openai")
         .header("authorization", "Bearer k")
         .json(&hi("gpt-4o"))
@@ -121,8 +120,7 @@ async fn vertex_addresses_project_and_region_and_serves_claude() {
     assert!(sent.get("model").is_none());
 
     let resp = env
-        .client
-        .post(env.url("/v1/chat/completions"))
+        .gw_post("/v1/chat/completions")
         .header("x-gw-provider", "vertex-ai")
         .header("authorization", "Bearer t")
         .header("x-gw-vertex-project-id", "p")
@@ -155,8 +153,7 @@ async fn bedrock_requests_are_signed_and_checked() {
 
     // A wrong secret makes a signature the mock rejects, as AWS would.
     let resp = env
-        .client
-        .post(env.url("/v1/chat/completions"))
+        .gw_post("/v1/chat/completions")
         .header("x-gw-provider", "bedrock")
         .header("x-gw-aws-access-key-id", mock_provider::AWS_ACCESS_KEY_ID)
         .header("x-gw-aws-secret-access-key", "not-the-secret")
@@ -173,8 +170,7 @@ async fn bedrock_requests_are_signed_and_checked() {
 
     // Without credentials nothing is sent.
     let resp = env
-        .client
-        .post(env.url("/v1/chat/completions"))
+        .gw_post("/v1/chat/completions")
         .header("x-gw-provider", "bedrock")
         .header("x-gw-aws-region", "us-east-1")
         .json(&hi(BEDROCK.model))

@@ -8,7 +8,11 @@ use serde_json::{json, Value};
 pub struct Env {
     pub mock: MockProvider,
     pub gw: RunningGateway,
+    /// Sends the bootstrap admin key as `x-gw-api-key` unless a request sets its own (the
+    /// default pipeline's `auth` plugin asks every provider request for a key).
     pub client: reqwest::Client,
+    /// Sends no key (refusals, the control plane's own checks).
+    pub bare: reqwest::Client,
     /// The gateway's own control-plane database, removed with the `Env`.
     pub db: TempDir,
 }
@@ -78,6 +82,18 @@ impl Env {
             gw,
             client: reqwest::Client::builder()
                 .pool_max_idle_per_host(0)
+                .default_headers(
+                    [(
+                        reqwest::header::HeaderName::from_static("x-gw-api-key"),
+                        reqwest::header::HeaderValue::from_static(ADMIN_KEY),
+                    )]
+                    .into_iter()
+                    .collect(),
+                )
+                .build()
+                .expect("client"),
+            bare: reqwest::Client::builder()
+                .pool_max_idle_per_host(0)
                 .build()
                 .expect("client"),
             db,
@@ -88,11 +104,17 @@ impl Env {
         format!("{}{path}", self.gw.url())
     }
 
-    /// A POST through the saved mock provider.
-    pub fn post(&self, path: &str) -> reqwest::RequestBuilder {
+    /// A POST to a provider route with the gateway key (the bootstrap admin key), which the
+    /// default pipeline's `auth` plugin asks for; no provider chosen.
+    pub fn gw_post(&self, path: &str) -> reqwest::RequestBuilder {
         self.client
             .post(self.url(path))
-            .header("x-gw-provider", "@mock")
+            .header("x-gw-api-key", ADMIN_KEY)
+    }
+
+    /// A POST through the saved mock provider.
+    pub fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        self.gw_post(path).header("x-gw-provider", "@mock")
     }
 
     pub async fn chat(&self, body: Value) -> reqwest::Response {
@@ -129,4 +151,27 @@ pub async fn expect_error(resp: reqwest::Response, status: u16, param: Option<&s
         assert_eq!(body["error"]["param"], param, "body: {body}");
     }
     body
+}
+
+impl Env {
+    /// A control-plane call with `key`; returns the status and JSON body.
+    pub async fn admin_call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        key: Option<&str>,
+        body: Option<Value>,
+    ) -> (u16, Value) {
+        let mut req = self.bare.request(method, self.url(path));
+        if let Some(key) = key {
+            req = req.header("x-gw-api-key", key);
+        }
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        let resp = req.send().await.expect("the gateway answers");
+        let status = resp.status().as_u16();
+        assert_eq!(resp.headers()["content-type"], "application/json", "{path}");
+        (status, resp.json().await.expect("a JSON body"))
+    }
 }

@@ -10,29 +10,6 @@ use gateway::server::{free_local_addr, Gateway};
 
 use crate::common::{hello, Env, TempDir, ADMIN_KEY};
 
-impl Env {
-    /// A control-plane call with `key`; returns the status and JSON body.
-    async fn admin_call(
-        &self,
-        method: reqwest::Method,
-        path: &str,
-        key: Option<&str>,
-        body: Option<Value>,
-    ) -> (u16, Value) {
-        let mut req = self.client.request(method, self.url(path));
-        if let Some(key) = key {
-            req = req.header("x-gw-api-key", key);
-        }
-        if let Some(body) = body {
-            req = req.json(&body);
-        }
-        let resp = req.send().await.expect("the gateway answers");
-        let status = resp.status().as_u16();
-        assert_eq!(resp.headers()["content-type"], "application/json", "{path}");
-        (status, resp.json().await.expect("a JSON body"))
-    }
-}
-
 fn code(body: &Value) -> &str {
     body["data"]["errorCode"].as_str().unwrap_or_default()
 }

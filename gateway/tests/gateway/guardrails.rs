@@ -274,8 +274,7 @@ async fn hooks_come_from_x_gw_config_and_are_validated_per_request() {
         ]}]}),
     );
     let send = |config: &Value, content: &str| {
-        env.client
-            .post(env.url("/v1/chat/completions"))
+        env.gw_post("/v1/chat/completions")
             .header("x-gw-config", config.to_string())
             .json(&hello(content))
             .send()

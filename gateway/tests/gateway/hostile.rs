@@ -5,8 +5,7 @@ use serde_json::Value;
 use crate::common::{expect_error, hello, Env};
 
 async fn chat_via_custom_host(env: &Env, host: &str) -> reqwest::Response {
-    env.client
-        .post(env.url("/v1/chat/completions"))
+    env.gw_post("/v1/chat/completions")
         .header("x-gw-custom-host", host)
         .header("x-gw-provider", "openai")
         .header("authorization", "Bearer k")
@@ -44,6 +43,7 @@ async fn unresolvable_and_unreachable_hosts_are_502s() {
     let resp = env
         .client
         .get(env.url("/v1/models"))
+        .header("x-gw-api-key", crate::common::ADMIN_KEY)
         .header("x-gw-custom-host", "http://no-such-host.invalid/v1")
         .header("x-gw-provider", "openai")
         .header("authorization", "Bearer k")

@@ -33,8 +33,7 @@ async fn trace_ids_are_echoed_or_generated() {
     assert_ne!(generated, other);
     // Errors carry the trace id too.
     let resp = env
-        .client
-        .post(env.url("/v1/chat/completions"))
+        .gw_post("/v1/chat/completions")
         .header("x-gw-trace-id", "err-trace")
         .json(&hello("hi"))
         .send()

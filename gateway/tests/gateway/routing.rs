@@ -19,8 +19,7 @@ fn healthy(env: &Env) -> Value {
 }
 
 async fn chat_with_config(env: &Env, config: &Value, body: Value) -> reqwest::Response {
-    env.client
-        .post(env.url("/v1/chat/completions"))
+    env.gw_post("/v1/chat/completions")
         .header("x-gw-config", config.to_string())
         .json(&body)
         .send()

@@ -28,7 +28,7 @@ impl Env {
 
     /// A chat request with these headers (and no other provider selection).
     async fn chat_with(&self, headers: &[(&str, &str)], content: &str) -> reqwest::Response {
-        let mut req = self.client.post(self.url("/v1/chat/completions"));
+        let mut req = self.gw_post("/v1/chat/completions");
         for (k, v) in headers {
             req = req.header(*k, *v);
         }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use serde_json::json;
 
-use crate::common::hello;
+use crate::common::{hello, ADMIN_KEY};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigint_drains_an_open_stream_then_exits() {
@@ -26,6 +26,7 @@ async fn sigint_drains_an_open_stream_then_exits() {
     )
     .unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_gateway"))
+        .env("GW_BOOTSTRAP_ADMIN_KEY", ADMIN_KEY)
         .args(["serve", "--config"])
         .arg(&config)
         .stdout(Stdio::piped())
@@ -46,6 +47,7 @@ async fn sigint_drains_an_open_stream_then_exits() {
     body["stream"] = json!(true);
     let resp = client
         .post(format!("http://{listen}/v1/chat/completions"))
+        .header("x-gw-api-key", ADMIN_KEY)
         .header("x-gw-provider", "@mock")
         .header("x-mock-words", "10")
         .header("x-mock-chunk-delay-ms", "100")

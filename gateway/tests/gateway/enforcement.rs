@@ -1,0 +1,492 @@
+//! Enforcement through the real gateway with its default pipeline: a key made through the
+//! control plane is refused (401, 403), limited (429), charged (412) and cached exactly as its
+//! policies say, and every request lands in the log.
+
+use std::time::Duration;
+
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use crate::common::{expect_error, hello, Env, ADMIN_KEY};
+
+impl Env {
+    /// The id of the bootstrap workspace `default`.
+    pub async fn default_workspace(&self) -> String {
+        let (status, list) = self
+            .admin_call(Method::GET, "/v1/admin/workspaces", Some(ADMIN_KEY), None)
+            .await;
+        assert_eq!(status, 200, "{list}");
+        list["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["slug"] == "default")
+            .expect("the bootstrap workspace")["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// A new workspace service key with these extra fields; returns the raw key and its id.
+    pub async fn workspace_key(&self, workspace: &str, fields: Value) -> (String, String) {
+        let mut body =
+            json!({"name": "enforced", "workspace_id": workspace, "scopes": ["completions.write"]});
+        for (k, v) in fields.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let (status, created) = self
+            .admin_call(
+                Method::POST,
+                "/v1/api-keys/workspace/service",
+                Some(ADMIN_KEY),
+                Some(body),
+            )
+            .await;
+        assert_eq!(status, 200, "{created}");
+        (
+            created["key"].as_str().unwrap().to_owned(),
+            created["id"].as_str().unwrap().to_owned(),
+        )
+    }
+
+    /// A chat through the saved mock provider with this gateway key.
+    pub async fn chat_as(
+        &self,
+        key: &str,
+        body: &Value,
+        extra: &[(&str, &str)],
+    ) -> reqwest::Response {
+        let mut req = self
+            .bare
+            .post(self.url("/v1/chat/completions"))
+            .header("x-gw-api-key", key)
+            .header("x-gw-provider", "@mock");
+        for (k, v) in extra {
+            req = req.header(*k, *v);
+        }
+        req.json(body).send().await.expect("the gateway answers")
+    }
+}
+
+/// Polls `f` until it returns `Some`, for at most five seconds (background writers).
+async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_are_checked_before_anything_is_sent() {
+    let env = Env::start().await;
+    let ws = env.default_workspace().await;
+
+    // No key, an unknown key: 401, and the provider never hears of it.
+    let resp = env
+        .bare
+        .post(env.url("/v1/chat/completions"))
+        .header("x-gw-provider", "@mock")
+        .json(&hello("x"))
+        .send()
+        .await
+        .unwrap();
+    let body = expect_error(resp, 401, None).await;
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("x-gw-api-key"),
+        "{body}"
+    );
+    expect_error(env.chat_as("not-a-key", &hello("x"), &[]).await, 401, None).await;
+    assert_eq!(env.mock.request_count(), 0);
+
+    // A key without completions.write: 403 naming the scope.
+    let (logs_only, _) = env
+        .workspace_key(&ws, json!({"scopes": ["logs.list"]}))
+        .await;
+    let body = expect_error(env.chat_as(&logs_only, &hello("x"), &[]).await, 403, None).await;
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("completions.write"),
+        "{body}"
+    );
+
+    // A key with it: through.
+    let (key, _) = env.workspace_key(&ws, json!({})).await;
+    let resp = env.chat_as(&key, &hello("x"), &[]).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(env.mock.request_count(), 1);
+
+    // Deleted: refused at once (the snapshot is rebuilt on the change).
+    let (key2, id2) = env.workspace_key(&ws, json!({})).await;
+    assert_eq!(env.chat_as(&key2, &hello("x"), &[]).await.status(), 200);
+    let (status, _) = env
+        .admin_call(
+            Method::DELETE,
+            &format!("/v1/api-keys/{id2}"),
+            Some(ADMIN_KEY),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200);
+    expect_error(env.chat_as(&key2, &hello("x"), &[]).await, 401, None).await;
+
+    // Expired: 401.
+    let soon = chrono_like_in(Duration::from_secs(1));
+    let (expiring, _) = env.workspace_key(&ws, json!({"expires_at": soon})).await;
+    assert_eq!(env.chat_as(&expiring, &hello("x"), &[]).await.status(), 200);
+    // It expires within 2 s (whole seconds, rounded up).
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let body = expect_error(env.chat_as(&expiring, &hello("x"), &[]).await, 401, None).await;
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("expired"),
+        "{body}"
+    );
+
+    let metrics = env.metrics().await;
+    assert!(metrics.contains("gw_auth_requests_total"), "{metrics}");
+}
+
+/// RFC 3339 UTC of now + `d`, whole seconds rounded up.
+fn chrono_like_in(d: Duration) -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + d.as_secs()
+        + 1;
+    let days = secs / 86_400;
+    let tod = secs % 86_400;
+    // Civil date from days since the epoch.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        tod / 3600,
+        (tod / 60) % 60,
+        tod % 60
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limits_answer_429_with_retry_after() {
+    let env = Env::start().await;
+    let ws = env.default_workspace().await;
+
+    // The key's own limit: two requests a minute.
+    let (key, _) = env
+        .workspace_key(
+            &ws,
+            json!({"rate_limits": [{"type": "requests", "unit": "rpm", "value": 2}]}),
+        )
+        .await;
+    for _ in 0..2 {
+        assert_eq!(env.chat_as(&key, &hello("x"), &[]).await.status(), 200);
+    }
+    let resp = env.chat_as(&key, &hello("x"), &[]).await;
+    let retry_after: u64 = resp.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // The sliding window weighs the previous minute: freeing one of two slots takes up to 1.5
+    // windows.
+    assert!((1..=90).contains(&retry_after), "{retry_after}");
+    expect_error(resp, 429, None).await;
+    assert_eq!(env.mock.request_count(), 2);
+
+    // A policy per user: one request a minute for each `_user`, counted apart.
+    let (status, created) = env
+        .admin_call(
+            Method::POST,
+            "/v1/policies/rate-limits",
+            Some(ADMIN_KEY),
+            Some(json!({
+                "name": "one per user", "workspace_id": ws, "type": "requests", "unit": "rpm", "value": 1,
+                "conditions": [{"key": "workspace_id", "value": ws}],
+                "group_by": [{"key": "metadata._user"}]
+            })),
+        )
+        .await;
+    assert_eq!(status, 200, "{created}");
+    let (key, _) = env.workspace_key(&ws, json!({})).await;
+    let as_user = |user: &'static str| {
+        let meta = json!({"_user": user}).to_string();
+        let env = &env;
+        let key = key.clone();
+        async move {
+            env.chat_as(&key, &hello("x"), &[("x-gw-metadata", &meta)])
+                .await
+        }
+    };
+    assert_eq!(as_user("ann").await.status(), 200);
+    assert_eq!(as_user("bob").await.status(), 200);
+    let body = expect_error(as_user("ann").await, 429, None).await;
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("one per user"),
+        "{body}"
+    );
+
+    // Tokens: the provider's reported usage (1 prompt word + 4 reply words) spends a window of 5.
+    let (key, _) = env
+        .workspace_key(
+            &ws,
+            json!({"rate_limits": [{"type": "tokens", "unit": "rph", "value": 5}]}),
+        )
+        .await;
+    assert_eq!(env.chat_as(&key, &hello("x"), &[]).await.status(), 200);
+    let refused = eventually("the token charge", || async {
+        let resp = env.chat_as(&key, &hello("x"), &[]).await;
+        (resp.status() == 429).then_some(resp)
+    })
+    .await;
+    expect_error(refused, 429, None).await;
+    let metrics = env.metrics().await;
+    assert!(
+        metrics.contains("gw_rate_limit_rejections_total"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budgets_answer_412_once_spent_and_show_their_usage() {
+    let env = Env::start().await;
+    let ws = env.default_workspace().await;
+    // Each request below uses 5 tokens (1 prompt word, 4 reply words); the budget holds 10.
+    let (status, policy) = env
+        .admin_call(
+            Method::POST,
+            "/v1/policies/usage-limits",
+            Some(ADMIN_KEY),
+            Some(json!({
+                "name": "ten tokens", "workspace_id": ws, "type": "tokens", "credit_limit": 10,
+                "conditions": [{"key": "workspace_id", "value": ws}],
+                "group_by": [{"key": "api_key"}]
+            })),
+        )
+        .await;
+    assert_eq!(status, 200, "{policy}");
+    let policy_id = policy["id"].as_str().unwrap().to_owned();
+    let (key, key_id) = env.workspace_key(&ws, json!({})).await;
+    let small = json!({"model": "mock-model", "max_tokens": 4, "messages": [{"role": "user", "content": "x"}]});
+    let mut passed = 0;
+    for _ in 0..4 {
+        let resp = env.chat_as(&key, &small, &[]).await;
+        match resp.status().as_u16() {
+            200 => passed += 1,
+            412 => {
+                let body: Value = resp.json().await.unwrap();
+                assert!(
+                    body["error"]["message"]
+                        .as_str()
+                        .unwrap()
+                        .contains("ten tokens"),
+                    "{body}"
+                );
+            }
+            other => panic!("unexpected status {other}"),
+        }
+        // Let the settlement of the request land before the next reservation.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(passed, 2, "10 tokens pay for two 5-token requests");
+
+    // The usage shows through the policy endpoint once the background writer ran.
+    let usage = eventually("the charged usage", || async {
+        let (_, got) = env
+            .admin_call(
+                Method::GET,
+                &format!("/v1/policies/usage-limits/{policy_id}?include_usage=true"),
+                Some(ADMIN_KEY),
+                None,
+            )
+            .await;
+        let entry = got["value_key_usage_map"][format!("api_key:{key_id}")].clone();
+        (entry["current_usage"].as_f64() == Some(10.0)).then_some(entry)
+    })
+    .await;
+    assert_eq!(usage["status"], "exhausted", "{usage}");
+
+    // Raising the limit reactivates the budget at once.
+    let (status, _) = env
+        .admin_call(
+            Method::PUT,
+            &format!("/v1/policies/usage-limits/{policy_id}"),
+            Some(ADMIN_KEY),
+            Some(json!({"credit_limit": 15})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(env.chat_as(&key, &small, &[]).await.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_are_cached_per_config_and_namespace() {
+    let env = Env::start().await;
+    let config =
+        json!({"virtual_key": "mock", "cache": {"mode": "simple", "max_age": 60}}).to_string();
+    let send = |body: Value, extra: Vec<(&'static str, String)>| {
+        let env = &env;
+        let config = config.clone();
+        async move {
+            let mut req = env
+                .client
+                .post(env.url("/v1/chat/completions"))
+                .header("x-gw-config", config);
+            for (k, v) in extra {
+                req = req.header(k, v);
+            }
+            req.json(&body).send().await.unwrap()
+        }
+    };
+    let status_of = |resp: &reqwest::Response| {
+        resp.headers()
+            .get("x-gw-cache-status")
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+
+    let first = send(hello("cache me"), vec![]).await;
+    assert_eq!(status_of(&first).as_deref(), Some("MISS"));
+    let first: Value = first.json().await.unwrap();
+    let second = send(hello("cache me"), vec![]).await;
+    assert_eq!(status_of(&second).as_deref(), Some("HIT"));
+    let second: Value = second.json().await.unwrap();
+    assert_eq!(first["choices"], second["choices"]);
+    assert_eq!(
+        env.mock.request_count(),
+        1,
+        "a hit never reaches the provider"
+    );
+
+    // Another namespace is another cache; force-refresh calls the provider and stores again.
+    let other = send(
+        hello("cache me"),
+        vec![("x-gw-cache-namespace", "tenant-b".into())],
+    )
+    .await;
+    assert_eq!(status_of(&other).as_deref(), Some("MISS"));
+    let refreshed = send(
+        hello("cache me"),
+        vec![("x-gw-cache-force-refresh", "true".into())],
+    )
+    .await;
+    assert_eq!(status_of(&refreshed).as_deref(), Some("REFRESH"));
+    assert_eq!(env.mock.request_count(), 3);
+
+    // A stream is answered from the cached answer by re-streaming it.
+    let mut streamed = hello("cache me");
+    streamed["stream"] = json!(true);
+    let resp = send(streamed, vec![]).await;
+    assert_eq!(status_of(&resp).as_deref(), Some("HIT"));
+    assert!(resp.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let text = resp.text().await.unwrap();
+    assert!(text.trim_end().ends_with("data: [DONE]"), "{text}");
+    let content: String = text
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|c| {
+            c["choices"][0]["delta"]["content"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .collect();
+    assert_eq!(
+        content,
+        first["choices"][0]["message"]["content"].as_str().unwrap()
+    );
+    assert_eq!(env.mock.request_count(), 3);
+
+    // Errors are never cached.
+    let failing = json!({"provider": "openai", "api_key": "k", "custom_host": env.mock.base_url().replace("/v1", "/x-mock/status=500/v1"), "cache": {"mode": "simple"}}).to_string();
+    for _ in 0..2 {
+        let resp = env
+            .client
+            .post(env.url("/v1/chat/completions"))
+            .header("x-gw-config", failing.clone())
+            .json(&hello("fail"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 500);
+        assert_eq!(status_of(&resp).as_deref(), Some("MISS"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_request_is_logged_and_listed() {
+    let env = Env::start().await;
+    let resp = env
+        .post("/v1/chat/completions")
+        .header("x-gw-trace-id", "logged-trace-1")
+        .header("x-gw-metadata", json!({"_user": "ann"}).to_string())
+        .json(&hello("log me"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let list = eventually("the log record", || async {
+        let (status, list) = env
+            .admin_call(
+                Method::GET,
+                "/v1/logs?trace_id=logged-trace-1",
+                Some(ADMIN_KEY),
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{list}");
+        (list["total"] == 1).then_some(list)
+    })
+    .await;
+    let record = &list["data"][0];
+    assert_eq!(record["status_code"], 200, "{record}");
+    assert_eq!(record["provider"], "openai", "{record}");
+    assert_eq!(record["prompt_tokens"], 2, "{record}");
+    assert_eq!(record["metadata"]["_user"], "ann", "{record}");
+    // The admin key made the call: its id and organisation are on the record.
+    assert!(record["api_key_id"].is_string(), "{record}");
+    assert!(record["organisation_id"].is_string(), "{record}");
+    assert_eq!(record["route"], "chat.completions", "{record}");
+    let id = record["id"].as_str().unwrap();
+    let (status, one) = env
+        .admin_call(
+            Method::GET,
+            &format!("/v1/logs/{id}"),
+            Some(ADMIN_KEY),
+            None,
+        )
+        .await;
+    assert_eq!(status, 200, "{one}");
+    assert_eq!(one["trace_id"], "logged-trace-1");
+}

@@ -1,0 +1,222 @@
+//! Two gateway instances sharing PostgreSQL (the control plane) and Redis (the counters): a
+//! key made through one is known to the other, one rate limit holds exactly across both under
+//! concurrent load, and concurrent requests on both cannot overspend one budget.
+//!
+//! Runs when `GW_TEST_POSTGRES_URL` and `GW_TEST_REDIS_URL` are set (`.ci/run` sets both); a
+//! set variable whose service is unreachable fails the test.
+
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use gateway::config::{GatewayConfig, Overrides, Secret};
+use gateway::server::{free_local_addr, Gateway, RunningGateway};
+use mock_provider::MockProvider;
+
+use crate::common::{hello, ADMIN_KEY};
+
+/// `GW_SECRET_KEY` shared by both instances: 32 bytes in base64.
+const SECRET_KEY: &str = "c2hhcmVkLWluc3RhbmNlcy10ZXN0LWtleS0zMi1ieXQ=";
+
+fn service(var: &str) -> Option<String> {
+    std::env::var(var).ok().filter(|s| !s.is_empty())
+}
+
+async fn fresh_schema(server: &str) -> String {
+    use sqlx::Connection;
+    sqlx::any::install_default_drivers();
+    let schema = format!("gwtest_shared_{}", std::process::id());
+    let mut conn = sqlx::AnyConnection::connect(server)
+        .await
+        .unwrap_or_else(|e| panic!("GW_TEST_POSTGRES_URL is set but unreachable: {e}"));
+    for sql in [
+        format!("DROP SCHEMA IF EXISTS {schema} CASCADE"),
+        format!("CREATE SCHEMA {schema}"),
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&mut conn)
+            .await
+            .expect("schema statement");
+    }
+    conn.close().await.ok();
+    let sep = if server.contains('?') { '&' } else { '?' };
+    format!("{server}{sep}options=-c%20search_path%3D{schema}")
+}
+
+async fn instance(database_url: &str, redis_url: &str, mock: &MockProvider) -> RunningGateway {
+    let yaml = format!(
+        "listen: {}\nthreads: 2\nredis_url: \"{redis_url}\"\nproviders:\n  - {{slug: mock, provider: openai, api_key: k, custom_host: \"{}\"}}\n",
+        free_local_addr(),
+        mock.base_url()
+    );
+    let overrides = Overrides {
+        database_url: Some(database_url.to_owned()),
+        bootstrap_admin_key: Some(Secret(ADMIN_KEY.into())),
+        secret_key: Some(Secret(SECRET_KEY.into())),
+        ..Overrides::default()
+    };
+    let config = GatewayConfig::from_yaml(&yaml, &overrides).expect("valid config");
+    let gw = Gateway::new(config).expect("the instance starts");
+    tokio::task::spawn_blocking(move || gateway::server::spawn(gw))
+        .await
+        .expect("spawned")
+}
+
+async fn admin(
+    client: &reqwest::Client,
+    gw: &RunningGateway,
+    method: Method,
+    path: &str,
+    body: Option<Value>,
+) -> Value {
+    let mut req = client
+        .request(method, format!("{}{path}", gw.url()))
+        .header("x-gw-api-key", ADMIN_KEY);
+    if let Some(body) = body {
+        req = req.json(&body);
+    }
+    let resp = req.send().await.expect("the control plane answers");
+    assert_eq!(resp.status(), 200, "{path}");
+    resp.json().await.expect("JSON")
+}
+
+async fn chat(client: &reqwest::Client, gw: &RunningGateway, key: &str, body: &Value) -> u16 {
+    client
+        .post(format!("{}/v1/chat/completions", gw.url()))
+        .header("x-gw-api-key", key)
+        .header("x-gw-provider", "@mock")
+        .json(body)
+        .send()
+        .await
+        .expect("the gateway answers")
+        .status()
+        .as_u16()
+}
+
+/// Waits until `gw` knows `key` (its snapshot follows the other instance's change).
+async fn known_to(client: &reqwest::Client, gw: &RunningGateway, key: &str, body: &Value) -> u16 {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = chat(client, gw, key, body).await;
+        if status != 401 {
+            return status;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the second instance never saw the key"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_hold_one_limit_and_one_budget() {
+    let (Some(pg), Some(redis_url)) = (
+        service("GW_TEST_POSTGRES_URL"),
+        service("GW_TEST_REDIS_URL"),
+    ) else {
+        eprintln!("two_instances_hold_one_limit_and_one_budget: skipped (GW_TEST_POSTGRES_URL and GW_TEST_REDIS_URL are needed)");
+        return;
+    };
+    let database_url = fresh_schema(&pg).await;
+    let mock = MockProvider::start().await;
+    let a = instance(&database_url, &redis_url, &mock).await;
+    let b = instance(&database_url, &redis_url, &mock).await;
+    let client = reqwest::Client::new();
+
+    let workspaces = admin(&client, &a, Method::GET, "/v1/admin/workspaces", None).await;
+    let ws = workspaces["data"][0]["id"].as_str().unwrap().to_owned();
+
+    // One rate limit of 10 requests a minute, made through instance A.
+    let limit = 10;
+    let created = admin(
+        &client,
+        &a,
+        Method::POST,
+        "/v1/api-keys/workspace/service",
+        Some(
+            json!({"name": "shared limit", "workspace_id": ws, "scopes": ["completions.write"],
+                    "rate_limits": [{"type": "requests", "unit": "rpm", "value": limit}]}),
+        ),
+    )
+    .await;
+    let key = created["key"].as_str().unwrap().to_owned();
+    assert_eq!(known_to(&client, &b, &key, &hello("x")).await, 200);
+    // 30 concurrent requests, half on each instance: exactly the 9 left pass.
+    let body = hello("x");
+    let sends = (0..30).map(|i| {
+        let gw = if i % 2 == 0 { &a } else { &b };
+        chat(&client, gw, &key, &body)
+    });
+    let statuses = join_all(sends).await;
+    let passed = statuses.iter().filter(|s| **s == 200).count();
+    let limited = statuses.iter().filter(|s| **s == 429).count();
+    assert_eq!(
+        (passed, limited),
+        (limit - 1, 30 - (limit - 1)),
+        "{statuses:?}"
+    );
+
+    // One budget of 50 tokens; each request below costs 5 (1 prompt word, 4 reply words).
+    let created = admin(
+        &client,
+        &b,
+        Method::POST,
+        "/v1/api-keys/workspace/service",
+        Some(
+            json!({"name": "shared budget", "workspace_id": ws, "scopes": ["completions.write"],
+                    "usage_limits": {"type": "tokens", "credit_limit": 50}}),
+        ),
+    )
+    .await;
+    let key = created["key"].as_str().unwrap().to_owned();
+    let key_id = created["id"].as_str().unwrap().to_owned();
+    let small = json!({"model": "mock-model", "max_tokens": 4, "messages": [{"role": "user", "content": "x"}]});
+    let first = known_to(&client, &a, &key, &small).await;
+    assert_eq!(first, 200);
+    let sends = (0..40).map(|i| {
+        let gw = if i % 2 == 0 { &a } else { &b };
+        chat(&client, gw, &key, &small)
+    });
+    let statuses = join_all(sends).await;
+    let passed = 1 + statuses.iter().filter(|s| **s == 200).count();
+    assert!(
+        statuses.iter().all(|s| *s == 200 || *s == 412),
+        "{statuses:?}"
+    );
+    assert!(
+        passed * 5 <= 50,
+        "{passed} requests of 5 tokens overspent 50: {statuses:?}"
+    );
+    assert!(
+        passed >= 5,
+        "reservations were too cautious: only {passed} passed"
+    );
+
+    // What the control plane counted matches what passed, and never exceeds the limit.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = admin(
+            &client,
+            &a,
+            Method::GET,
+            &format!("/v1/api-keys/{key_id}"),
+            None,
+        )
+        .await;
+        let used = got["usage_limits"]["current_usage"]
+            .as_f64()
+            .unwrap_or_default();
+        if used == (passed * 5) as f64 {
+            break;
+        }
+        assert!(used <= 50.0, "{got}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "usage never settled: {got}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
