@@ -21,8 +21,8 @@
 //! scopes, rate limits and budgets with their counter ids); the key's then the workspace's
 //! default metadata merged into `cx.gw.metadata` (the request's own values win); their default
 //! `config_id` as `cx.gw.config` when the request chose no provider itself (a request that
-//! does while the default says `allow_config_override: false` is a 403); the workspace's
-//! default guardrails as a [`DefaultHooks`], built once per workspace and snapshot version.
+//! does while the default says `allow_config_override: false` is a 403. The workspace's default
+//! guardrails are the `guardrails` plugin's to run: it reads them through the principal.
 //!
 //! Without credentials: a 401, unless `required: false`, when the request goes on anonymously
 //! (no principal). Credentials that are sent are checked either way.
@@ -57,7 +57,6 @@ use plugin_sdk::{
     Principal, RequestCx,
 };
 
-use crate::guardrails::DefaultHooks;
 use config::AuthConfig;
 use jwt::{Failure, JwtAuth};
 
@@ -111,21 +110,11 @@ impl AuthMetrics {
     }
 }
 
-/// A workspace's default guardrails, built for one snapshot version.
-struct CachedHooks {
-    version: i64,
-    hooks: Result<DefaultHooks, String>,
-}
-
-/// How many workspaces' default guardrails are kept built.
-const HOOK_CACHE_ENTRIES: u64 = 10_000;
-
 pub struct Auth {
     required: bool,
     access: Arc<dyn AccessStore>,
     jwt: Option<JwtAuth>,
     metrics: AuthMetrics,
-    hooks: moka::sync::Cache<String, Arc<CachedHooks>>,
 }
 
 pub struct AuthFactory;
@@ -184,7 +173,6 @@ impl Auth {
             access: cx.access.clone(),
             jwt,
             metrics,
-            hooks: moka::sync::Cache::new(HOOK_CACHE_ENTRIES),
         })
     }
 
@@ -224,7 +212,6 @@ impl Auth {
     fn authenticate_key(&self, cx: &mut RequestCx, raw: &str) -> Result<(), GatewayError> {
         // Read before the lookups: hooks built from newer data under an older version are
         // rebuilt at the next version, never the reverse.
-        let version = self.access.version();
         let presented = api_key::digest(raw);
         let unknown = || {
             unauthorized(
@@ -282,7 +269,6 @@ impl Auth {
             add_workspace_limits(ws, &mut rate_limits, &mut budgets);
         }
         apply_defaults(cx, Some(&key.defaults), workspace.as_deref())?;
-        self.attach_hooks(cx, workspace.as_deref(), version)?;
         cx.extensions.insert(Principal {
             method: AuthMethod::ApiKey(key.kind),
             organisation_id: Some(key.organisation_id.clone()),
@@ -302,7 +288,6 @@ impl Auth {
         cx: &mut RequestCx,
         token: &str,
     ) -> Result<(), GatewayError> {
-        let version = self.access.version();
         let verified = match jwt.verify(token).await {
             Ok(v) => v,
             Err((failure, kid)) => return Err(self.refuse_jwt(jwt, cx, failure, kid)),
@@ -355,7 +340,6 @@ impl Auth {
             add_workspace_limits(ws, &mut rate_limits, &mut budgets);
         }
         apply_defaults(cx, None, workspace.as_deref())?;
-        self.attach_hooks(cx, workspace.as_deref(), version)?;
         cx.extensions.insert(Principal {
             method: AuthMethod::Jwt,
             organisation_id: identity
@@ -391,7 +375,7 @@ impl Auth {
             uri: cx.path.clone(),
             request_id: cx.trace_id.clone(),
             status: 401,
-            client_ip: None,
+            client_ip: cx.client_ip.map(|ip| ip.to_string()),
             details: json!({
                 "reason": failure.code(),
                 "message": message,
@@ -400,59 +384,6 @@ impl Auth {
             }),
         });
         unauthorized(format!("invalid JWT: {message}"))
-    }
-
-    /// Puts the workspace's default guardrails in the request's extensions, built once per
-    /// workspace and snapshot version. Invalid stored guardrails fail the request (500)
-    /// rather than letting it through unguarded.
-    fn attach_hooks(
-        &self,
-        cx: &mut RequestCx,
-        workspace: Option<&WorkspaceRecord>,
-        version: i64,
-    ) -> Result<(), GatewayError> {
-        let Some(ws) = workspace else {
-            return Ok(());
-        };
-        let d = &ws.defaults;
-        if d.input_guardrails.is_empty() && d.output_guardrails.is_empty() {
-            return Ok(());
-        }
-        let cached = match self.hooks.get(&ws.id) {
-            Some(c) if c.version == version => c,
-            _ => {
-                let hooks = DefaultHooks::from_json(&json!({
-                    "input_guardrails": d.input_guardrails,
-                    "output_guardrails": d.output_guardrails,
-                }))
-                .map_err(|issues| {
-                    let text = issues
-                        .iter()
-                        .map(|i| format!("{}: {}", i.path, i.message))
-                        .collect::<Vec<_>>()
-                        .join("; ");
-                    tracing::warn!(
-                        target: "gateway::auth",
-                        workspace = ws.id.as_str(),
-                        problems = text.as_str(),
-                        "the workspace's default guardrails are invalid; its requests are refused"
-                    );
-                    text
-                });
-                let c = Arc::new(CachedHooks { version, hooks });
-                self.hooks.insert(ws.id.clone(), c.clone());
-                c
-            }
-        };
-        match &cached.hooks {
-            Ok(hooks) => {
-                cx.extensions.insert(hooks.clone());
-                Ok(())
-            }
-            Err(problems) => Err(GatewayError::internal(format!(
-                "the workspace's default guardrails are invalid: {problems}"
-            ))),
-        }
     }
 }
 

@@ -27,7 +27,6 @@ use super::api_key::{digest, digests_equal};
 use super::config::AuthConfig;
 use super::jwt::{identity, looks_like_jwt};
 use super::Auth;
-use crate::guardrails::DefaultHooks;
 
 // ---------------------------------------------------------------------------------------------
 // An in-memory access store and a recording sink.
@@ -576,54 +575,6 @@ async fn a_key_whose_workspace_is_gone_is_401() {
     assert!(e.message.contains("workspace"), "{}", e.message);
 }
 
-#[tokio::test]
-async fn workspace_guardrails_are_built_once_per_snapshot_version() {
-    let f = Fixture::new();
-    let mut ws = workspace();
-    ws.defaults.input_guardrails = vec![json!({"id": "ws-in", "deny": true, "checks": [
-        {"id": "default.modelWhitelist", "parameters": {"models": ["allowed"]}}
-    ]})];
-    ws.defaults.output_guardrails = vec![json!({"id": "ws-out", "checks": [
-        {"id": "default.regexMatch", "parameters": {"rule": "^ok"}}
-    ]})];
-    f.store.add_workspace(ws.clone());
-    f.store.add_key("sk-1", key_record("key-1"));
-    let plugin = f.plugin(json!({}));
-
-    let hooks_of = |cx: &RequestCx| cx.extensions.get::<DefaultHooks>().cloned().unwrap();
-    let mut cx = chat(&[("x-gw-api-key", "sk-1")]);
-    run(&plugin, &mut cx).await.unwrap();
-    let first = hooks_of(&cx);
-    assert_eq!((first.before.len(), first.after.len()), (1, 1));
-    let mut cx = chat(&[("x-gw-api-key", "sk-1")]);
-    run(&plugin, &mut cx).await.unwrap();
-    let second = hooks_of(&cx);
-    assert!(
-        Arc::ptr_eq(&first.before[0], &second.before[0]),
-        "the hooks were built again for the same version"
-    );
-
-    // A new snapshot version builds them again.
-    f.store.bump();
-    let mut cx = chat(&[("x-gw-api-key", "sk-1")]);
-    run(&plugin, &mut cx).await.unwrap();
-    assert!(!Arc::ptr_eq(&first.before[0], &hooks_of(&cx).before[0]));
-
-    // Invalid stored guardrails refuse the request instead of skipping them.
-    ws.defaults.input_guardrails = vec![json!({"checks": [{"id": "no.such.check"}]})];
-    f.store.add_workspace(ws);
-    let mut cx = chat(&[("x-gw-api-key", "sk-1")]);
-    let e = refused(&plugin, &mut cx).await;
-    assert_eq!(e.status().as_u16(), 500);
-    assert!(e.message.contains("guardrails"), "{}", e.message);
-
-    // A workspace without guardrails adds none.
-    f.store.add_workspace(workspace());
-    let mut cx = chat(&[("x-gw-api-key", "sk-1")]);
-    run(&plugin, &mut cx).await.unwrap();
-    assert!(cx.extensions.get::<DefaultHooks>().is_none());
-}
-
 #[test]
 fn digests_compare_equal_only_when_every_byte_is() {
     let a = digest("sk-1");
@@ -809,8 +760,6 @@ async fn a_valid_jwt_in_either_header_attaches_its_claims() {
     assert_eq!(p.budgets[0].limit.credit_limit, 2.5);
     assert_eq!(p.budgets[0].counted, CountedUsage::default());
     assert_eq!(cx.gw.metadata["env"], "prod");
-    // The workspace's guardrails apply under JWT too.
-    assert_eq!(cx.extensions.get::<DefaultHooks>().unwrap().before.len(), 1);
 
     // ES256 in Authorization: Bearer, which is then no longer among the headers.
     let es = token(

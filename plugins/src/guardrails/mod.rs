@@ -4,8 +4,10 @@
 //!
 //! 1. the pipeline entry: `before_request_hooks` / `after_request_hooks` (or their aliases
 //!    `input_guardrails` / `output_guardrails`), validated when the gateway starts;
-//! 2. workspace defaults: a [`DefaultHooks`] value that an earlier plugin put in the request's
-//!    extensions (the control plane's hook into this plugin);
+//! 2. workspace defaults: the `defaults.input_guardrails` / `output_guardrails` of the
+//!    workspace of the request's key or token (read through the principal the `auth` plugin
+//!    attached; each item an id of this plugin's `library` or a hook object, see [`workspace`]),
+//!    and a [`DefaultHooks`] value another plugin may put in the request's extensions;
 //! 3. the request's routing config (`x-gw-config`, inline or saved): its top-level hook lists,
 //!    validated per request (a bad one is a 400 naming its path). Hooks of nested targets are
 //!    not read. The config is known once `provider_select` ran, so this plugin must come after
@@ -41,6 +43,7 @@ pub mod config;
 pub mod hooks;
 pub mod results;
 pub mod text;
+pub mod workspace;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -61,6 +64,7 @@ use config::{build_hooks, hooks_of_config, Allow, Hook, HookSet, RawHook};
 use hooks::{GuardMetrics, Material, Runner};
 use results::{refused, warned_status, with_results, HookResult, HookResults, Side};
 use text::Subject;
+use workspace::WorkspaceHooks;
 
 /// The `guardrails` pipeline entry.
 #[derive(Debug, Deserialize, Default)]
@@ -78,6 +82,11 @@ pub struct GuardrailsConfig {
     /// Another name for `after_request_hooks`.
     #[serde(default)]
     pub output_guardrails: Option<Vec<RawHook>>,
+    /// Named hooks that workspaces name in their default guardrails
+    /// (`defaults.input_guardrails: [<id>]` in the control plane); each needs an `id`.
+    /// Default: none.
+    #[serde(default)]
+    pub library: Vec<RawHook>,
     /// On streams, how many bytes of new text arrive between two early checks. Default: 256.
     #[serde(default = "default_stream_check_bytes")]
     pub stream_check_bytes: usize,
@@ -194,6 +203,7 @@ pub struct Guardrails {
     runner: Runner,
     stream_check_bytes: usize,
     request_network_checks: bool,
+    workspaces: WorkspaceHooks,
 }
 
 pub struct GuardrailsFactory;
@@ -218,11 +228,24 @@ impl PluginFactory for GuardrailsFactory {
     type Config = GuardrailsConfig;
 
     fn validate(config: &Self::Config) -> Vec<ConfigIssue> {
-        config.hooks().err().unwrap_or_default()
+        let mut issues = config.hooks().err().unwrap_or_default();
+        issues.extend(
+            workspace::library(&config.library)
+                .err()
+                .unwrap_or_default(),
+        );
+        issues
     }
 
     fn build(config: Self::Config, cx: &BuildCx) -> Result<Arc<dyn Plugin>, String> {
         let HookSet { before, after } = config.hooks().map_err(|issues| {
+            issues
+                .iter()
+                .map(|i| format!("{}: {}", i.path, i.message))
+                .collect::<Vec<_>>()
+                .join("; ")
+        })?;
+        let library = workspace::library(&config.library).map_err(|issues| {
             issues
                 .iter()
                 .map(|i| format!("{}: {}", i.path, i.message))
@@ -243,6 +266,7 @@ impl PluginFactory for GuardrailsFactory {
             },
             stream_check_bytes: config.stream_check_bytes,
             request_network_checks: config.request_network_checks,
+            workspaces: WorkspaceHooks::new(library, cx.access.clone()),
         }))
     }
 }
@@ -330,14 +354,16 @@ impl Plugin for Guardrails {
         // The first guardrails entry of the pipeline takes the request's own hooks.
         if cx.extensions.get::<RequestHooks>().is_none() {
             let config = self.config_hooks(cx)?;
-            let defaults = cx
-                .extensions
-                .get::<DefaultHooks>()
-                .cloned()
-                .unwrap_or_default();
-            before.extend(defaults.before);
+            let mut after = Vec::new();
+            if let Some(ws) = self.workspaces.of(cx)? {
+                before.extend(ws.before.iter().cloned());
+                after.extend(ws.after.iter().cloned());
+            }
+            if let Some(defaults) = cx.extensions.get::<DefaultHooks>() {
+                before.extend(defaults.before.iter().cloned());
+                after.extend(defaults.after.iter().cloned());
+            }
             before.extend(config.before);
-            let mut after = defaults.after;
             after.extend(config.after);
             cx.extensions.insert(RequestHooks {
                 owner: self.instance,

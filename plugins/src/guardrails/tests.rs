@@ -535,3 +535,154 @@ async fn async_hooks_do_not_hold_or_refuse_the_request() {
     }
     panic!("the async hook was not counted");
 }
+
+/// An access store holding workspaces only, whose version the test moves.
+#[derive(Default)]
+struct Workspaces {
+    list: std::sync::Mutex<Vec<Arc<plugin_sdk::access::WorkspaceRecord>>>,
+    version: std::sync::atomic::AtomicI64,
+}
+
+impl Workspaces {
+    fn set(&self, id: &str, input: Vec<Value>, output: Vec<Value>) {
+        let ws = plugin_sdk::access::WorkspaceRecord {
+            id: id.into(),
+            slug: id.into(),
+            organisation_id: "org".into(),
+            defaults: plugin_sdk::access::Defaults {
+                input_guardrails: input,
+                output_guardrails: output,
+                ..Default::default()
+            },
+            rate_limits: Vec::new(),
+            usage_limits: Vec::new(),
+            counted: Vec::new(),
+        };
+        let mut list = self.list.lock().unwrap();
+        list.retain(|w| w.id != id);
+        list.push(Arc::new(ws));
+        self.version
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl plugin_sdk::AccessStore for Workspaces {
+    fn api_key(&self, _: &[u8; 32]) -> Option<Arc<plugin_sdk::access::ApiKeyRecord>> {
+        None
+    }
+    fn workspace(&self, id: &str) -> Option<Arc<plugin_sdk::access::WorkspaceRecord>> {
+        self.list
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|w| w.id == id)
+            .cloned()
+    }
+    fn rate_limit_policies(&self) -> Arc<[plugin_sdk::access::RateLimitPolicy]> {
+        Arc::from(Vec::new())
+    }
+    fn usage_limit_policies(&self) -> Arc<[plugin_sdk::access::UsageLimitPolicy]> {
+        Arc::from(Vec::new())
+    }
+    fn version(&self) -> i64 {
+        self.version.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+fn in_workspace(content: &str, workspace: Option<&str>) -> RequestCx {
+    let mut cx = chat(content);
+    cx.extensions.insert(plugin_sdk::Principal {
+        method: plugin_sdk::access::AuthMethod::ApiKey(
+            plugin_sdk::access::KeyKind::WorkspaceService,
+        ),
+        organisation_id: Some("org".into()),
+        workspace_id: workspace.map(str::to_owned),
+        api_key_id: Some("key".into()),
+        user_id: None,
+        scopes: Vec::new(),
+        rate_limits: Vec::new(),
+        budgets: Vec::new(),
+    });
+    cx
+}
+
+#[tokio::test]
+async fn workspace_defaults_name_library_hooks_or_hold_their_own() {
+    let store = Arc::new(Workspaces::default());
+    let mut build_cx = BuildCx::standalone();
+    build_cx.access = store.clone();
+    let plugin = PluginDescriptor::find("guardrails")
+        .unwrap()
+        .build(
+            &json!({"library": [{"id": "no-drop", "deny": true, "checks": [
+                {"id": "default.regexMatch", "parameters": {"rule": "(?i)drop\\s+table", "not": true}}
+            ]}]}),
+            &build_cx,
+        )
+        .unwrap();
+    store.set(
+        "ws-a",
+        vec![json!("no-drop")],
+        vec![json!({"id": "polite", "checks": [{"id": "default.endsWith", "parameters": {"suffix": "!"}}]})],
+    );
+
+    // The workspace's library hook refuses; another workspace, and no workspace, pass.
+    let mut cx = in_workspace("DROP TABLE users", Some("ws-a"));
+    let Flow::Respond(r) = plugin.on_request(&mut cx).await.unwrap() else {
+        panic!("the workspace's guardrail did not refuse");
+    };
+    assert_eq!(r.status.as_u16(), 446);
+    assert_eq!(
+        body_of(&r)["hook_results"]["before_request_hooks"][0]["id"],
+        "no-drop"
+    );
+    for ws in [Some("ws-b"), None] {
+        let mut cx = in_workspace("DROP TABLE users", ws);
+        assert!(matches!(
+            plugin.on_request(&mut cx).await.unwrap(),
+            Flow::Continue
+        ));
+    }
+
+    // Its inline output hook runs on the answer: it does not end with "!", a warning (246).
+    let mut cx = in_workspace("hello", Some("ws-a"));
+    assert!(matches!(
+        plugin.on_request(&mut cx).await.unwrap(),
+        Flow::Continue
+    ));
+    let mut parts = answer("fine.");
+    plugin.on_response(&mut cx, &mut parts).await.unwrap();
+    assert_eq!(parts.status.as_u16(), 246);
+
+    // A change of the workspace applies at the next snapshot version.
+    store.set("ws-a", Vec::new(), Vec::new());
+    let mut cx = in_workspace("DROP TABLE users", Some("ws-a"));
+    assert!(matches!(
+        plugin.on_request(&mut cx).await.unwrap(),
+        Flow::Continue
+    ));
+
+    // A guardrail the library lacks refuses the workspace's requests instead of skipping it.
+    store.set("ws-a", vec![json!("nope")], Vec::new());
+    let mut cx = in_workspace("hello", Some("ws-a"));
+    let e = plugin.on_request(&mut cx).await.unwrap_err();
+    assert_eq!(e.status().as_u16(), 500);
+    assert!(e.message.contains("\"nope\""), "{}", e.message);
+}
+
+#[test]
+fn library_hooks_need_unique_ids() {
+    let found = issues(json!({"library": [
+        {"checks": [{"id": "default.contains", "parameters": {"words": ["x"]}}]},
+        {"id": "a", "checks": [{"id": "default.contains", "parameters": {"words": ["x"]}}]},
+        {"id": "a", "checks": [{"id": "default.contains", "parameters": {"words": ["x"]}}]}
+    ]}));
+    assert!(
+        found.iter().any(|i| i.starts_with("library[0].id")),
+        "{found:?}"
+    );
+    assert!(
+        found.iter().any(|i| i.starts_with("library[2].id")),
+        "{found:?}"
+    );
+}
