@@ -61,6 +61,10 @@ pub fn context(session: &Session, route: Route) -> (RequestCx, Result<(), Gatewa
         req.uri.path().to_owned(),
     );
     cx.query = req.uri.query().map(str::to_owned);
+    cx.client_ip = session
+        .client_addr()
+        .and_then(|a| a.as_inet())
+        .map(|a| a.ip());
     cx.headers = req.headers.clone();
     let parsed = GwHeaders::parse(&cx.headers).map(|gw| cx.gw = gw);
     (cx, parsed)

@@ -92,6 +92,8 @@ pub struct RequestCx {
     /// The request path as received, without the query.
     pub path: String,
     pub query: Option<String>,
+    /// The address of the client's connection (audit records), when known.
+    pub client_ip: Option<std::net::IpAddr>,
     /// The client's request headers.
     pub headers: HeaderMap,
     pub gw: GwHeaders,
@@ -115,6 +117,7 @@ impl RequestCx {
             method,
             path,
             query: None,
+            client_ip: None,
             headers: HeaderMap::new(),
             gw: GwHeaders::default(),
             body: Bytes::new(),
