@@ -460,3 +460,72 @@ async fn webhooks_allow_and_deny() {
     assert_eq!(status, 446, "{body}");
     assert_eq!(env.mock.request_count(), 0);
 }
+
+/// A workspace's default guardrails (ids of the plugin's `library`, set through the control
+/// plane) run for the requests of the workspace's keys, and only for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workspace_default_guardrails_apply_to_the_workspace_s_keys() {
+    use reqwest::Method;
+    let env = Env::start_with(
+        "pipeline:
+  - kind: auth
+  - kind: provider_select
+  - kind: guardrails
+    library:
+      - id: no-drop
+        deny: true
+        checks:
+          - id: default.regexMatch
+            parameters: {rule: \"(?i)drop\\\\s+table\", not: true}
+",
+    )
+    .await;
+    let ws = env.default_workspace().await;
+    let (status, body) = env
+        .admin_call(
+            Method::PUT,
+            &format!("/v1/admin/workspaces/{ws}"),
+            Some(crate::common::ADMIN_KEY),
+            Some(json!({"defaults": {"input_guardrails": ["no-drop"]}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (key, _) = env.workspace_key(&ws, json!({})).await;
+
+    let (status, body) = json_of(
+        env.chat_as(&key, &hello("please DROP TABLE users"), &[])
+            .await,
+    )
+    .await;
+    assert_eq!(status, 446, "{body}");
+    assert_eq!(
+        body["hook_results"]["before_request_hooks"][0]["id"],
+        "no-drop"
+    );
+    assert_eq!(env.mock.request_count(), 0);
+    let (status, _) = json_of(env.chat_as(&key, &hello("hello"), &[]).await).await;
+    assert_eq!(status, 200);
+    // The admin key belongs to no workspace: the workspace's guardrails are not its.
+    let (status, body) = json_of(env.chat(hello("please DROP TABLE users")).await).await;
+    assert_eq!(status, 200, "{body}");
+
+    // Naming a guardrail the library lacks refuses the workspace's requests (never unguarded).
+    let (status, _) = env
+        .admin_call(
+            Method::PUT,
+            &format!("/v1/admin/workspaces/{ws}"),
+            Some(crate::common::ADMIN_KEY),
+            Some(json!({"defaults": {"input_guardrails": ["missing"]}})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, body) = json_of(env.chat_as(&key, &hello("hello"), &[]).await).await;
+    assert_eq!(status, 500, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("missing"),
+        "{body}"
+    );
+}

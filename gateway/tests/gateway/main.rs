@@ -8,6 +8,7 @@ mod control_plane;
 mod enforcement;
 mod guardrails;
 mod hostile;
+mod jwt;
 mod observability;
 mod passthrough;
 mod providers;

@@ -1,0 +1,107 @@
+//! JWTs instead of API keys: a token signed by a key of the configured JWKS is a caller of its
+//! workspace with its own limits; refused tokens are 401s recorded in the audit log.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use jsonwebtoken::jwk::{Jwk, JwkSet, KeyAlgorithm};
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use reqwest::Method;
+use serde_json::{json, Value};
+
+use crate::common::{expect_error, hello, Env, TempDir, ADMIN_KEY};
+
+const RSA: &[u8] = include_bytes!("../../../plugins/src/auth/testdata/rsa_a.pem");
+const OTHER_RSA: &[u8] = include_bytes!("../../../plugins/src/auth/testdata/rsa_b.pem");
+
+fn now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+fn sign(pem: &[u8], claims: &Value) -> String {
+    let mut header = Header::new(Algorithm::RS256);
+    header.kid = Some("key-a".into());
+    jsonwebtoken::encode(&header, claims, &EncodingKey::from_rsa_pem(pem).unwrap()).unwrap()
+}
+
+fn jwks() -> String {
+    let mut jwk =
+        Jwk::from_encoding_key(&EncodingKey::from_rsa_pem(RSA).unwrap(), Algorithm::RS256).unwrap();
+    jwk.common.key_id = Some("key-a".into());
+    jwk.common.key_algorithm = Some(KeyAlgorithm::RS256);
+    serde_json::to_string(&JwkSet { keys: vec![jwk] }).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_are_callers_with_their_own_limits_and_refusals_are_audited() {
+    let dir = TempDir::new("jwks");
+    let file = dir.0.join("jwks.json");
+    std::fs::write(&file, jwks()).unwrap();
+    let env = Env::start_with(&format!(
+        "pipeline:
+  - kind: auth
+    jwt: {{jwks_file: \"{}\", issuer: \"https://idp.test/\", audience: gateway}}
+  - kind: provider_select
+  - kind: rate_limit
+",
+        file.display()
+    ))
+    .await;
+    let ws = env.default_workspace().await;
+    let claims = |extra: Value| {
+        let mut c = json!({"sub": "ann", "iss": "https://idp.test/", "aud": "gateway", "exp": now() + 600,
+                           "workspace_id": ws, "scope": "completions.write",
+                           "rate_limits": [{"type": "requests", "unit": "rpm", "value": 1}]});
+        for (k, v) in extra.as_object().unwrap() {
+            c[k] = v.clone();
+        }
+        c
+    };
+
+    // A valid token: its own limit of one request a minute holds.
+    let token = sign(RSA, &claims(json!({})));
+    assert_eq!(env.chat_as(&token, &hello("x"), &[]).await.status(), 200);
+    expect_error(env.chat_as(&token, &hello("x"), &[]).await, 429, None).await;
+
+    // Expired, signed by another key, for another audience: 401 with the reason.
+    for (token, reason) in [
+        (
+            sign(RSA, &claims(json!({"sub": "bob", "exp": now() - 3600}))),
+            "expired",
+        ),
+        (sign(OTHER_RSA, &claims(json!({"sub": "bob"}))), "signature"),
+        (
+            sign(RSA, &claims(json!({"sub": "bob", "aud": "elsewhere"}))),
+            "audience",
+        ),
+    ] {
+        let body = expect_error(env.chat_as(&token, &hello("x"), &[]).await, 401, None).await;
+        let message = body["error"]["message"].as_str().unwrap().to_lowercase();
+        assert!(message.contains(reason), "{reason}: {body}");
+    }
+    assert_eq!(env.mock.request_count(), 1);
+
+    // Each refusal is in the audit log (written in the background), without the token.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let (status, logs) = env
+            .admin_call(
+                Method::GET,
+                "/v1/audit-logs?start_time=2020-01-01T00:00:00Z&end_time=2100-01-01T00:00:00Z&action=auth.jwt_rejected",
+                Some(ADMIN_KEY),
+                None,
+            )
+            .await;
+        assert_eq!(status, 200, "{logs}");
+        if logs["total"] == 3 {
+            let text = logs.to_string();
+            assert!(!text.contains(&token), "the token was recorded");
+            assert_eq!(logs["records"][0]["response_status_code"], 401, "{logs}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{logs}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
