@@ -7,6 +7,7 @@ import sys
 from collections import defaultdict
 
 duration, threads, rss_kb, reps = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+pipeline = sys.argv[5] if len(sys.argv) > 5 else "full"
 runs = defaultdict(list)
 for line in sys.stdin:
     target, conns, rps, p50, p99 = line.split()
@@ -29,7 +30,7 @@ except OSError:
 names = {"direct": "direct", "bare": "bare Pingora", "gateway": "gateway"}
 print(f"Machine: {os.cpu_count()} cores, {cpu}, {platform.system()} {platform.release()}.")
 print(f"wrk, 1 thread, {duration} s per run after a 2 s warm-up; proxies with {threads} worker thread(s);")
-print(f"a ~1 KB chat completion POST; medians of {reps} interleaved runs.\n")
+print(f"a ~1 KB chat completion POST; medians of {reps} interleaved runs; gateway pipeline: {pipeline}.\n")
 print("| concurrency | target | requests/s | p50 (us) | p99 (us) |")
 print("|---|---|---|---|---|")
 for c in (1, 64):
