@@ -117,6 +117,7 @@ mod tests {
                     api_key: None,
                     custom_host: None,
                     settings: BTreeMap::new(),
+                    ..ProviderRecord::default()
                 })
             })
         }

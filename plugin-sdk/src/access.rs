@@ -186,7 +186,8 @@ pub struct Budget {
 }
 
 /// One rate limit a request counts against, with the stable id of its counter:
-/// `api_key:<id>:<index>`, `workspace:<id>:<index>`, `jwt:<subject>:<index>`.
+/// `api_key:<id>:<index>`, `workspace:<id>:<index>`, `jwt:<subject>:<index>`,
+/// `provider:<slug>:<index>`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ScopedRateLimit {
     pub id: String,

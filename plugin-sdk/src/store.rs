@@ -7,9 +7,14 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
+use crate::access::{CountedUsage, RateLimit, UsageLimit};
+
 /// A saved provider, addressed in requests as `x-gw-provider: @slug` or, the legacy way, as
 /// `x-gw-virtual-key: slug`.
-#[derive(Clone)]
+///
+/// `Default` is an empty record (no slug, no limits): construction sites fill what they know
+/// and leave the rest with `..ProviderRecord::default()`.
+#[derive(Clone, Default)]
 pub struct ProviderRecord {
     pub slug: String,
     /// Provider id from the provider table.
@@ -18,6 +23,15 @@ pub struct ProviderRecord {
     pub custom_host: Option<String>,
     /// Provider-specific settings (Azure resource name, AWS region...).
     pub settings: BTreeMap<String, String>,
+    /// The provider's own rate limits, counted over every request that goes through it
+    /// (counter ids `provider:<slug>:<index>`). Empty (the default, and always for providers
+    /// declared in the YAML file): none.
+    pub rate_limits: Vec<RateLimit>,
+    /// The provider's own budget (counter id `provider:<slug>`). `None` (the default, and
+    /// always for providers declared in the YAML file): none.
+    pub usage_limits: Option<UsageLimit>,
+    /// What the control plane has counted against `usage_limits` (zero by default).
+    pub counted: CountedUsage,
 }
 
 impl std::fmt::Debug for ProviderRecord {
@@ -27,6 +41,9 @@ impl std::fmt::Debug for ProviderRecord {
             .field("provider", &self.provider)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("custom_host", &self.custom_host)
+            .field("rate_limits", &self.rate_limits)
+            .field("usage_limits", &self.usage_limits)
+            .field("counted", &self.counted)
             .finish()
     }
 }

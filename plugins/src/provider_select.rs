@@ -184,6 +184,7 @@ mod tests {
                     api_key: Some("saved-key".into()),
                     custom_host: None,
                     settings: BTreeMap::new(),
+                    ..ProviderRecord::default()
                 })
             })
         }

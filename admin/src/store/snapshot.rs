@@ -15,6 +15,12 @@
 //! current version, keys, workspaces, policies): simple, and fast enough for the thousands of
 //! rows a control plane holds.
 //!
+//! A provider is served while it is `active` or `exhausted` (not `expired`, nor past its
+//! `expires_at`), with its own rate limits, budget and counted usage: the data plane's
+//! `usage_limit` plugin refuses an exhausted one with a 412 from its counters (seeded with the
+//! counted usage), and lets it through again once a new reset period starts or its credit
+//! limit is raised, as it does for API keys.
+//!
 //! Usage the data plane charges ([`Store::apply_usage_charges`]) does not bump the version: the
 //! data plane's own counters are the live truth, and the counted usage in a snapshot only seeds
 //! them. A rebuild for any other reason picks the stored usage up.
@@ -25,9 +31,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
+use plugin_sdk::access::{CountedUsage, RateLimit, UsageLimit};
 use plugin_sdk::store::{ConfigStore, ProviderStore};
 use plugin_sdk::ProviderRecord;
 use serde_json::Value;
+use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::Store;
@@ -35,6 +43,7 @@ use crate::crypto::{self, Cipher, SecretKey};
 use crate::db::{Backend, Db, Tx};
 use crate::error::{AdminError, Result};
 use crate::time::{self, Timestamp};
+use crate::validate::UsageLimits;
 
 /// The PostgreSQL notification channel of data-plane changes.
 pub const CHANNEL: &str = "gw_data_plane";
@@ -402,10 +411,12 @@ impl Store {
             ..Snapshot::default()
         };
         let rows = sqlx::query(
-            "SELECT p.slug, p.expires_at, i.id AS integration_id, i.ai_provider_id, i.key_secret,
+            "SELECT p.slug, p.expires_at, p.usage_limits, p.rate_limits, p.current_usage,
+                    p.usage_period, p.reset_epoch,
+                    i.id AS integration_id, i.ai_provider_id, i.key_secret,
                     i.settings, i.secret_settings
              FROM providers p JOIN integrations i ON i.id = p.integration_id
-             WHERE p.status = 'active' AND i.status = 'active' AND (
+             WHERE p.status IN ('active', 'exhausted') AND i.status = 'active' AND (
                  i.workspace_id = p.workspace_id
                  OR (i.workspace_id IS NULL AND (
                      i.global_workspace_access = 1
@@ -420,6 +431,14 @@ impl Store {
             let slug: String = r.try_get("slug")?;
             let integration: String = r.try_get("integration_id")?;
             let expires_at: Option<String> = r.try_get("expires_at")?;
+            // A provider whose limits cannot be read is left out (refused), not served unlimited.
+            let limits = match provider_limits(r) {
+                Ok(limits) => limits,
+                Err(e) => {
+                    tracing::error!(provider = %slug, error = %e, "provider left out of the data plane: its limits cannot be read");
+                    continue;
+                }
+            };
             if !secrets.contains_key(&integration) {
                 let opened = self.open_secrets(
                     &integration,
@@ -465,6 +484,9 @@ impl Store {
                 api_key: opened.key.clone(),
                 custom_host,
                 settings,
+                rate_limits: limits.rate_limits,
+                usage_limits: limits.usage_limits,
+                counted: limits.counted,
             };
             snapshot.providers.insert(
                 slug,
@@ -516,6 +538,36 @@ impl Store {
         };
         Ok(Secrets { key, settings })
     }
+}
+
+/// A provider row's own limits, as the data plane enforces them.
+#[derive(Debug)]
+struct ProviderLimits {
+    rate_limits: Vec<RateLimit>,
+    usage_limits: Option<UsageLimit>,
+    counted: CountedUsage,
+}
+
+/// Reads `usage_limits`, `rate_limits` (stored as the API's `{type, unit, value}` list, which
+/// the SDK's type reads as is), `current_usage`, `usage_period` and `reset_epoch`.
+fn provider_limits(r: &AnyRow) -> Result<ProviderLimits> {
+    let usage_limits: Option<UsageLimits> = r
+        .try_get::<Option<String>, _>("usage_limits")?
+        .map(|t| super::from_text("providers.usage_limits", &t))
+        .transpose()?;
+    let rate_limits: Vec<RateLimit> = super::from_text(
+        "providers.rate_limits",
+        &r.try_get::<String, _>("rate_limits")?,
+    )?;
+    Ok(ProviderLimits {
+        rate_limits,
+        usage_limits: usage_limits.as_ref().map(super::usage::sdk_limit),
+        counted: CountedUsage {
+            current_usage: r.try_get("current_usage")?,
+            period: r.try_get("usage_period")?,
+            reset_epoch: r.try_get("reset_epoch")?,
+        },
+    })
 }
 
 /// The decrypted secrets of one integration.
@@ -621,6 +673,7 @@ mod tests {
                 api_key: None,
                 custom_host: None,
                 settings: BTreeMap::new(),
+                ..ProviderRecord::default()
             })
         };
         let mut s = Snapshot::empty();

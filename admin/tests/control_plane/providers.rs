@@ -830,6 +830,145 @@ async fn another_instance_learns_of_changes(db: TestDb) {
     drop(two);
 }
 
+/// The data plane's record of a provider carries its own rate limits, budget and counted
+/// usage, and keeps serving an exhausted provider (the data plane answers it with a 412 from its
+/// counters) until it is reset or its limit raised.
+async fn limits_and_counted_usage_reach_the_data_plane(db: TestDb) {
+    use plugin_sdk::access::{
+        CountedUsage, PeriodicReset, RateLimit, RateLimitKind, RateUnit, UsageKind,
+    };
+    use plugin_sdk::sinks::UsageCharge;
+
+    let app = app_with_key(db).await;
+    base_integration(&app).await;
+    let (status, made) = app
+        .admin(
+            "POST",
+            "/v1/providers",
+            Some(json!({
+                "name": "Capped", "integration_id": "base", "slug": "capped",
+                "usage_limits": {"credit_limit": 10, "type": "tokens", "alert_threshold": 8,
+                                 "periodic_reset": "weekly"},
+                "rate_limits": [{"type": "requests", "unit": "rpm", "value": 3},
+                                {"type": "tokens", "unit": "rph", "value": 1000}],
+            })),
+        )
+        .await;
+    assert_eq!(status, 200, "{made}");
+    let (status, made) = app
+        .admin(
+            "POST",
+            "/v1/providers",
+            Some(json!({"name": "Free", "integration_id": "base", "slug": "free"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{made}");
+    let published = app.store.published();
+
+    let free = published.provider("free").expect("published");
+    assert!(free.rate_limits.is_empty());
+    assert_eq!(free.usage_limits, None);
+    assert_eq!(free.counted, CountedUsage::default());
+
+    let capped = published.provider("capped").expect("published");
+    assert_eq!(
+        capped.rate_limits,
+        [
+            RateLimit {
+                kind: RateLimitKind::Requests,
+                unit: RateUnit::Rpm,
+                value: 3.0
+            },
+            RateLimit {
+                kind: RateLimitKind::Tokens,
+                unit: RateUnit::Rph,
+                value: 1000.0
+            }
+        ]
+    );
+    let limit = capped.usage_limits.clone().expect("a budget");
+    assert_eq!(limit.credit_limit, 10.0);
+    assert_eq!(limit.kind, UsageKind::Tokens);
+    assert_eq!(limit.alert_threshold, Some(8.0));
+    assert_eq!(limit.periodic_reset, Some(PeriodicReset::Weekly));
+    assert_eq!(capped.counted, CountedUsage::default());
+
+    // Usage the data plane settled reaches the record with the next rebuild.
+    let period = limit.period_at(std::time::SystemTime::now());
+    let charge = |amount: f64, epoch: i64| UsageCharge {
+        budget_id: "provider:capped".into(),
+        value_key: String::new(),
+        amount,
+        period,
+        reset_epoch: epoch,
+    };
+    let report = app
+        .store
+        .apply_usage_charges(&[charge(4.0, 0)])
+        .await
+        .unwrap();
+    assert_eq!(report.applied, 1);
+    crate::common::rebuild(&app).await;
+    assert_eq!(
+        published.provider("capped").unwrap().counted,
+        CountedUsage {
+            current_usage: 4.0,
+            period,
+            reset_epoch: 0
+        }
+    );
+
+    // Exhausted: still served, with the usage that refuses it.
+    app.store
+        .apply_usage_charges(&[charge(6.0, 0)])
+        .await
+        .unwrap();
+    let (_, got) = app.admin("GET", "/v1/providers/capped", None).await;
+    assert_eq!(got["status"], "exhausted", "{got}");
+    crate::common::rebuild(&app).await;
+    let exhausted = published
+        .provider("capped")
+        .expect("an exhausted provider stays in the data plane");
+    assert_eq!(exhausted.counted.current_usage, 10.0);
+    assert_eq!(exhausted.api_key.as_deref(), Some("sk-base-123456"));
+
+    // A manual reset starts a new epoch at zero, at once.
+    let (status, _) = app
+        .admin(
+            "PUT",
+            "/v1/providers/capped",
+            Some(json!({"reset_usage": true})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let reset = published.provider("capped").unwrap();
+    assert_eq!(reset.counted.current_usage, 0.0);
+    assert_eq!(reset.counted.reset_epoch, 1);
+
+    // Limits removed: none in the record.
+    let (status, _) = app
+        .admin(
+            "PUT",
+            "/v1/providers/capped",
+            Some(json!({"usage_limits": null, "rate_limits": []})),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let bare = published.provider("capped").unwrap();
+    assert!(bare.rate_limits.is_empty());
+    assert_eq!(bare.usage_limits, None);
+
+    // A row whose limits cannot be read is left out (refused), not served unlimited.
+    app.sql(
+        "UPDATE providers SET rate_limits = 'not json' WHERE slug = $1",
+        &["capped"],
+    )
+    .await;
+    crate::common::rebuild(&app).await;
+    assert!(published.provider("capped").is_none());
+    assert!(published.provider("free").is_some(), "the others stay");
+}
+
 crate::on_both_databases!(
     create_get_list_update_delete,
     bad_input,
@@ -838,4 +977,5 @@ crate::on_both_databases!(
     authorisation,
     workspace_deletion,
     another_instance_learns_of_changes,
+    limits_and_counted_usage_reach_the_data_plane,
 );

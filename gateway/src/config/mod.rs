@@ -253,6 +253,8 @@ fn validate(json: Value, overrides: &Overrides) -> Result<GatewayConfig, ConfigE
                     api_key: p.api_key.filter(|k| !k.is_empty()),
                     custom_host,
                     settings: p.settings,
+                    // The file declares no limits for a provider.
+                    ..ProviderRecord::default()
                 });
             }
         }

@@ -490,3 +490,141 @@ async fn every_request_is_logged_and_listed() {
     assert_eq!(status, 200, "{one}");
     assert_eq!(one["trace_id"], "logged-trace-1");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn saved_providers_hold_their_own_budgets_and_rate_limits() {
+    let env = Env::start().await;
+    let ws = env.default_workspace().await;
+    let admin = |method: Method, path: &str, body: Option<Value>| {
+        let path = path.to_owned();
+        let env = &env;
+        async move { env.admin_call(method, &path, Some(ADMIN_KEY), body).await }
+    };
+    // An integration pointing at the mock, and two providers of it with limits of their own.
+    let (status, made) = admin(
+        Method::POST,
+        "/v1/integrations",
+        Some(
+            json!({"name": "Limited mock", "slug": "limited-int", "ai_provider_id": "openai",
+            "key": "sk-limited-mock", "create_default_provider": false, "workspace_id": ws,
+            "configurations": {"custom_host": env.mock.base_url()}}),
+        ),
+    )
+    .await;
+    assert_eq!(status, 200, "{made}");
+    for body in [
+        json!({"name": "Capped", "integration_id": "limited-int", "slug": "capped-mock",
+            "usage_limits": {"type": "tokens", "credit_limit": 10}}),
+        json!({"name": "Throttled", "integration_id": "limited-int", "slug": "throttled-mock",
+            "rate_limits": [{"type": "requests", "unit": "rpm", "value": 2}]}),
+    ] {
+        let (status, made) = admin(Method::POST, "/v1/providers", Some(body)).await;
+        assert_eq!(status, 200, "{made}");
+    }
+    // Keys without limits of their own: only the providers' limits apply.
+    let (ann, _) = env.workspace_key(&ws, json!({})).await;
+    let (bob, _) = env.workspace_key(&ws, json!({})).await;
+    let chat = |key: &str, provider: &str, body: &Value| {
+        env.bare
+            .post(env.url("/v1/chat/completions"))
+            .header("x-gw-api-key", key)
+            .header("x-gw-provider", provider)
+            .json(body)
+            .send()
+    };
+
+    // The budget: 10 tokens pay for two 5-token answers (1 prompt word, 4 reply words),
+    // whoever sends them.
+    let small = json!({"model": "mock-model", "max_tokens": 4, "messages": [{"role": "user", "content": "x"}]});
+    let mut passed = 0;
+    for key in [&ann, &bob, &ann, &bob] {
+        let resp = chat(key, "@capped-mock", &small).await.unwrap();
+        match resp.status().as_u16() {
+            200 => passed += 1,
+            412 => {
+                let body: Value = resp.json().await.unwrap();
+                assert!(
+                    body["error"]["message"]
+                        .as_str()
+                        .unwrap()
+                        .contains("the provider @capped-mock's budget has used 10 of 10 tokens"),
+                    "{body}"
+                );
+            }
+            other => panic!("unexpected status {other}"),
+        }
+        // Let the settlement of the request land before the next reservation.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(passed, 2, "10 tokens pay for two 5-token requests");
+    assert_eq!(env.mock.request_count(), 2);
+    // The spend reaches the provider's usage in the control plane.
+    let shown = eventually("the provider's charged usage", || async {
+        let (_, got) = admin(Method::GET, "/v1/providers/capped-mock", None).await;
+        (got["usage_limits"]["current_usage"].as_f64() == Some(10.0)).then_some(got)
+    })
+    .await;
+    assert_eq!(shown["status"], "exhausted", "{shown}");
+    // Raising its credit limit lets requests through again at once.
+    let (status, got) = admin(
+        Method::PUT,
+        "/v1/providers/capped-mock",
+        Some(json!({"usage_limits": {"type": "tokens", "credit_limit": 15}})),
+    )
+    .await;
+    assert_eq!(status, 200, "{got}");
+    assert_eq!(
+        chat(&ann, "@capped-mock", &small).await.unwrap().status(),
+        200
+    );
+
+    // The rate limit: two requests a minute through the provider, whoever sends them.
+    for key in [&ann, &bob] {
+        let resp = chat(key, "@throttled-mock", &hello("x")).await.unwrap();
+        assert_eq!(resp.status(), 200);
+    }
+    let resp = chat(&ann, "@throttled-mock", &hello("x")).await.unwrap();
+    assert!(resp.headers().contains_key("retry-after"));
+    let body = expect_error(resp, 429, None).await;
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("the provider's rate limit allows 2 requests per minute"),
+        "{body}"
+    );
+    // Another provider is not limited by it.
+    assert_eq!(
+        chat(&ann, "@mock", &hello("x")).await.unwrap().status(),
+        200
+    );
+    // A config target chosen by the router is checked when routed: the spent provider's
+    // attempt is refused and the fallback group tries its next target.
+    let before = env.mock.request_count();
+    let config = json!({"strategy": {"mode": "fallback"},
+        "targets": [{"provider": "@throttled-mock"}, {"provider": "@mock"}]});
+    let resp = env
+        .bare
+        .post(env.url("/v1/chat/completions"))
+        .header("x-gw-api-key", &bob)
+        .header("x-gw-config", config.to_string())
+        .json(&hello("x"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        env.mock.request_count(),
+        before + 1,
+        "only @mock was called"
+    );
+    let metrics = env.metrics().await;
+    assert!(
+        metrics.contains(r#"gw_rate_limit_rejections_total{scope="provider"} 2"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"gw_usage_limit_rejections_total{scope="provider"}"#),
+        "{metrics}"
+    );
+}

@@ -9,7 +9,18 @@
 //! - every active rate limits policy of the request's workspace whose `conditions` match the
 //!   request (see [`crate::limits::matching`]), counted per `group_by` combination: counter
 //!   `policy:<policy id>:<value key>`. A policy whose `group_by` names a key the request has no
-//!   value for does not apply to it.
+//!   value for does not apply to it;
+//! - the own `rate_limits` of the saved provider the request goes through, read from the
+//!   provider store ([`BuildCx::providers`]; saved through the control plane, YAML providers
+//!   have none): counters `provider:<slug>:<n>`, shared by every caller of that provider.
+//!   Checked in `on_request` when provider selection named the provider (`@slug`, a virtual
+//!   key, or a config whose top level says `provider: "@slug"` / `virtual_key`); otherwise in
+//!   `on_route`, for each attempt through a saved provider whose limits this request has not
+//!   been counted against yet (a config target chosen by the router). A refusal there is an
+//!   attempt's failure: a fallback group tries its next target (by default), loadbalance and
+//!   conditional routing answer the 429. A provider's limits count a request once, however
+//!   many attempts (retries) go through it, and its token limits are charged only when the
+//!   answer came through it.
 //!
 //! Each counter is a sliding window (`rpm`, `rph`, `rpd`; see [`crate::limits::window`]), so a
 //! limit cannot be doubled at a window edge. A `requests` limit is checked and charged 1 at
@@ -30,10 +41,10 @@
 //! counted and logged (the first, then one in [`LOG_EVERY`]).
 //!
 //! Metrics (no ids in labels):
-//! - `gw_rate_limit_checks_total{outcome="allowed|limited|error"}`: requests that had at least
-//!   one limit to check;
-//! - `gw_rate_limit_rejections_total{scope="policy|api_key|workspace|jwt|other"}`: 429s by the
-//!   kind of limit that refused;
+//! - `gw_rate_limit_checks_total{outcome="allowed|limited|error"}`: checks of requests that had
+//!   at least one limit (plus one per `on_route` check of a provider's limits);
+//! - `gw_rate_limit_rejections_total{scope="policy|api_key|workspace|jwt|provider|other"}`:
+//!   429s by the kind of limit that refused;
 //! - `gw_rate_limit_backend_errors_total{op="check|charge"}`.
 
 pub mod config;
@@ -55,7 +66,7 @@ use prometheus::{IntCounter, IntCounterVec, Opts};
 use plugin_sdk::access::{RateLimit, RateLimitKind, RateLimitPolicy, RateUnit};
 use plugin_sdk::{
     AccessStore, BuildCx, ConfigIssue, ErrorKind, Flow, GatewayError, Plugin, PluginFactory,
-    Principal, RequestCx,
+    Principal, ProviderStore, RequestCx, Target,
 };
 
 use crate::limits::matching::{in_workspace, matches, value_key, Subject};
@@ -93,15 +104,17 @@ enum Scope {
     ApiKey,
     Workspace,
     Jwt,
+    Provider,
     Other,
 }
 
 impl Scope {
-    const ALL: [Scope; 5] = [
+    const ALL: [Scope; 6] = [
         Scope::Policy,
         Scope::ApiKey,
         Scope::Workspace,
         Scope::Jwt,
+        Scope::Provider,
         Scope::Other,
     ];
 
@@ -111,6 +124,7 @@ impl Scope {
             Scope::ApiKey => "api_key",
             Scope::Workspace => "workspace",
             Scope::Jwt => "jwt",
+            Scope::Provider => "provider",
             Scope::Other => "other",
         }
     }
@@ -121,6 +135,7 @@ impl Scope {
             Some("api_key") => Scope::ApiKey,
             Some("workspace") => Scope::Workspace,
             Some("jwt") => Scope::Jwt,
+            Some("provider") => Scope::Provider,
             _ => Scope::Other,
         }
     }
@@ -129,7 +144,8 @@ impl Scope {
 /// Where one of a request's limits came from.
 #[derive(Debug, Clone, Copy)]
 enum Source {
-    /// The Principal's own limits.
+    /// A limit with a scoped counter id: the Principal's own (`api_key:`, `workspace:`,
+    /// `jwt:`) or a saved provider's (`provider:<slug>:<n>`).
     Principal(Scope),
     /// A policy, by its index in the [`PolicyIndex`].
     Policy(usize),
@@ -158,6 +174,7 @@ impl PolicyIndex {
 }
 
 /// The limits of one request: counters to check, and where each came from.
+#[derive(Default)]
 struct Applicable {
     specs: Vec<CounterSpec>,
     sources: Vec<(Source, RateLimit)>,
@@ -188,6 +205,7 @@ impl Applicable {
             Source::Principal(Scope::ApiKey) => "the API key's rate limit".to_owned(),
             Source::Principal(Scope::Workspace) => "the workspace's rate limit".to_owned(),
             Source::Principal(Scope::Jwt) => "the token's rate limit".to_owned(),
+            Source::Principal(Scope::Provider) => "the provider's rate limit".to_owned(),
             Source::Principal(_) => "a rate limit".to_owned(),
             Source::Policy(p) => {
                 let policy = self.index.as_ref().map(|ix| &ix.policies[p]);
@@ -208,9 +226,31 @@ impl Applicable {
     }
 }
 
-/// Token limits to charge once the response's usage is known: (counter id, window secs).
+/// Token limits to charge once the response's usage is known.
 #[derive(Debug, Clone)]
-struct TokenCharges(Vec<(String, u64)>);
+struct TokenCharges(Vec<TokenCharge>);
+
+#[derive(Debug, Clone)]
+struct TokenCharge {
+    id: String,
+    window_secs: u64,
+    /// A saved provider's limit: charged only when the answer came through this slug.
+    through: Option<String>,
+}
+
+/// The saved providers whose own limits this request was counted against (once per request).
+#[derive(Debug, Clone, Default)]
+struct ProvidersCounted(Vec<String>);
+
+/// The saved provider (slug) of the last upstream attempt.
+#[derive(Debug, Clone)]
+struct RoutedThrough(Option<String>);
+
+/// The slug of a saved provider's counter id, `provider:<slug>:<n>`.
+fn provider_of_id(id: &str) -> Option<&str> {
+    let rest = id.strip_prefix("provider:")?;
+    rest.rsplit_once(':').map(|(slug, _)| slug)
+}
 
 struct RateMetrics {
     allowed: IntCounter,
@@ -299,6 +339,8 @@ impl Shared {
 pub struct RateLimiter {
     shared: Arc<Shared>,
     access: Arc<dyn AccessStore>,
+    /// Saved providers, for their own limits.
+    providers: Arc<dyn ProviderStore>,
     on_error: OnBackendError,
     index: ArcSwapOption<PolicyIndex>,
 }
@@ -340,6 +382,7 @@ impl RateLimiter {
                 errors: AtomicU64::new(0),
             }),
             access: cx.access.clone(),
+            providers: cx.providers.clone(),
             on_error: config.on_backend_error,
             index: ArcSwapOption::empty(),
         })
@@ -369,11 +412,7 @@ impl RateLimiter {
 
     /// The limits that apply to this request.
     fn applicable(&self, cx: &RequestCx) -> Applicable {
-        let mut out = Applicable {
-            specs: Vec::new(),
-            sources: Vec::new(),
-            index: None,
-        };
+        let mut out = Applicable::default();
         if let Some(p) = cx.extensions.get::<Principal>() {
             for rl in &p.rate_limits {
                 out.push(
@@ -384,6 +423,10 @@ impl RateLimiter {
             }
         }
         let subject = Subject::of(cx);
+        // The saved provider that provider selection named (`virtual_key` is its slug).
+        if let Some(slug) = subject.virtual_key {
+            self.push_provider(&mut out, slug);
+        }
         let Some(workspace) = subject.workspace_id else {
             return out;
         };
@@ -407,6 +450,111 @@ impl RateLimiter {
         }
         out.index = Some(index);
         out
+    }
+
+    /// Adds the own limits of the saved provider `slug`, if the provider store knows it.
+    fn push_provider(&self, out: &mut Applicable, slug: &str) {
+        let Some(record) = self.providers.provider(slug) else {
+            return;
+        };
+        for (i, limit) in record.rate_limits.iter().enumerate() {
+            out.push(
+                format!("provider:{slug}:{i}"),
+                *limit,
+                Source::Principal(Scope::Provider),
+            );
+        }
+    }
+
+    /// Checks and charges `applicable` (not empty): a 429 when a counter refuses; else notes
+    /// its token limits for `on_log` and the providers it counted.
+    async fn enforce(
+        &self,
+        cx: &mut RequestCx,
+        applicable: Applicable,
+    ) -> Result<Flow, GatewayError> {
+        let metrics = &self.shared.metrics;
+        match self
+            .shared
+            .counters
+            .check_and_charge(&applicable.specs, now_ms())
+            .await
+        {
+            Ok(Decision::Allowed) => metrics.allowed.inc(),
+            Ok(Decision::Limited {
+                spec,
+                retry_after_secs,
+            }) => {
+                metrics.limited.inc();
+                metrics
+                    .rejections
+                    .with_label_values(&[applicable.scope(spec).as_str()])
+                    .inc();
+                let message = format!(
+                    "Rate limit exceeded: {} allows {}",
+                    applicable.who(spec),
+                    rate_text(&applicable.sources[spec].1)
+                );
+                return Err(GatewayError::new(
+                    ErrorKind::RateLimited {
+                        retry_after_secs: retry_after_secs.max(1),
+                    },
+                    message,
+                )
+                .with_code("rate_limit_exceeded"));
+            }
+            Err(e) => {
+                metrics.error.inc();
+                self.shared.backend_error("check", &e);
+                if self.on_error == OnBackendError::Deny {
+                    return Err(GatewayError::new(
+                        ErrorKind::RateLimited {
+                            retry_after_secs: 1,
+                        },
+                        "Rate limit could not be checked (the counter store is unavailable); \
+                         retry shortly",
+                    )
+                    .with_code("rate_limit_backend_unavailable"));
+                }
+            }
+        }
+        let mut counted: Vec<String> = Vec::new();
+        let mut tokens: Vec<TokenCharge> = Vec::new();
+        for (i, spec) in applicable.specs.into_iter().enumerate() {
+            let through = match applicable.sources[i].0 {
+                Source::Principal(Scope::Provider) => provider_of_id(&spec.id).map(str::to_owned),
+                _ => None,
+            };
+            if let Some(slug) = &through {
+                if !counted.contains(slug) {
+                    counted.push(slug.clone());
+                }
+            }
+            if spec.cost == 0 {
+                tokens.push(TokenCharge {
+                    id: spec.id,
+                    window_secs: spec.window_secs,
+                    through,
+                });
+            }
+        }
+        if !counted.is_empty() {
+            match cx.extensions.get_mut::<ProvidersCounted>() {
+                Some(c) => c.0.extend(counted),
+                None => {
+                    cx.extensions.insert(ProvidersCounted(counted));
+                }
+            }
+        }
+        if !tokens.is_empty() {
+            match cx.extensions.get_mut::<TokenCharges>() {
+                Some(t) => t.0.extend(tokens),
+                None => {
+                    cx.extensions.insert(TokenCharges(tokens));
+                }
+            }
+        }
+        Ok(Flow::Continue)
     }
 }
 
@@ -455,61 +603,33 @@ impl Plugin for RateLimiter {
         if applicable.specs.is_empty() {
             return Ok(Flow::Continue);
         }
-        let metrics = &self.shared.metrics;
-        match self
-            .shared
-            .counters
-            .check_and_charge(&applicable.specs, now_ms())
-            .await
+        self.enforce(cx, applicable).await
+    }
+
+    /// Counts the attempt against its saved provider's own limits, unless this request was
+    /// already counted against them (provider selection named it, or an earlier attempt).
+    async fn on_route(
+        &self,
+        cx: &mut RequestCx,
+        target: &mut Target,
+    ) -> Result<Flow, GatewayError> {
+        cx.extensions.insert(RoutedThrough(target.slug.clone()));
+        let Some(slug) = target.slug.as_deref() else {
+            return Ok(Flow::Continue);
+        };
+        if cx
+            .extensions
+            .get::<ProvidersCounted>()
+            .is_some_and(|c| c.0.iter().any(|s| s == slug))
         {
-            Ok(Decision::Allowed) => metrics.allowed.inc(),
-            Ok(Decision::Limited {
-                spec,
-                retry_after_secs,
-            }) => {
-                metrics.limited.inc();
-                metrics
-                    .rejections
-                    .with_label_values(&[applicable.scope(spec).as_str()])
-                    .inc();
-                let message = format!(
-                    "Rate limit exceeded: {} allows {}",
-                    applicable.who(spec),
-                    rate_text(&applicable.sources[spec].1)
-                );
-                return Err(GatewayError::new(
-                    ErrorKind::RateLimited {
-                        retry_after_secs: retry_after_secs.max(1),
-                    },
-                    message,
-                )
-                .with_code("rate_limit_exceeded"));
-            }
-            Err(e) => {
-                metrics.error.inc();
-                self.shared.backend_error("check", &e);
-                if self.on_error == OnBackendError::Deny {
-                    return Err(GatewayError::new(
-                        ErrorKind::RateLimited {
-                            retry_after_secs: 1,
-                        },
-                        "Rate limit could not be checked (the counter store is unavailable); \
-                         retry shortly",
-                    )
-                    .with_code("rate_limit_backend_unavailable"));
-                }
-            }
+            return Ok(Flow::Continue);
         }
-        let tokens: Vec<(String, u64)> = applicable
-            .specs
-            .into_iter()
-            .filter(|s| s.cost == 0)
-            .map(|s| (s.id, s.window_secs))
-            .collect();
-        if !tokens.is_empty() {
-            cx.extensions.insert(TokenCharges(tokens));
+        let mut applicable = Applicable::default();
+        self.push_provider(&mut applicable, slug);
+        if applicable.specs.is_empty() {
+            return Ok(Flow::Continue);
         }
-        Ok(Flow::Continue)
+        self.enforce(cx, applicable).await
     }
 
     fn on_log(&self, cx: &RequestCx) {
@@ -520,15 +640,31 @@ impl Plugin for RateLimiter {
         if total == 0 {
             return;
         }
-        let charges = charges.clone();
+        let through = cx
+            .extensions
+            .get::<RoutedThrough>()
+            .and_then(|t| t.0.as_deref());
+        // A provider's token limit counts only what was spent through it.
+        let charges: Vec<TokenCharge> = charges
+            .iter()
+            .filter(|c| c.through.as_deref().is_none_or(|s| through == Some(s)))
+            .cloned()
+            .collect();
+        if charges.is_empty() {
+            return;
+        }
         let shared = self.shared.clone();
         let now = now_ms();
         // on_log must not block: the charge (a Redis round trip) runs in the background.
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(async move {
-                    for (id, window_secs) in charges {
-                        if let Err(e) = shared.counters.charge(&id, window_secs, total, now).await {
+                    for c in charges {
+                        if let Err(e) = shared
+                            .counters
+                            .charge(&c.id, c.window_secs, total, now)
+                            .await
+                        {
                             shared.backend_error("charge", &e);
                         }
                     }

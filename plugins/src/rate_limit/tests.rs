@@ -14,7 +14,7 @@ use plugin_sdk::headers::GwHeaders;
 use plugin_sdk::llm::{ChatRequest, LlmRequest};
 use plugin_sdk::{
     AccessStore, BuildCx, ErrorKind, Flow, GatewayError, Plugin, PluginDescriptor, PluginFactory,
-    Principal, RequestCx, Route, RoutePlan, Target, Usage,
+    Principal, ProviderStore, RequestCx, Route, RoutePlan, Target, Usage,
 };
 
 use super::*;
@@ -558,6 +558,170 @@ async fn failed_token_charges_are_counted() {
     })
     .await;
     assert!(counted, "{}", metrics_text(&bcx));
+}
+
+// ---------------------------------------------------------------- saved providers' limits
+
+/// Saved providers of OpenAI by slug, each with its own rate limits.
+struct TestProviders(BTreeMap<&'static str, Vec<RateLimit>>);
+
+impl ProviderStore for TestProviders {
+    fn provider(&self, slug: &str) -> Option<Arc<plugin_sdk::ProviderRecord>> {
+        let limits = self.0.get(slug)?;
+        Some(Arc::new(plugin_sdk::ProviderRecord {
+            slug: slug.into(),
+            provider: "openai".into(),
+            rate_limits: limits.clone(),
+            ..plugin_sdk::ProviderRecord::default()
+        }))
+    }
+}
+
+/// A plugin over these saved providers (and no policies).
+fn build_with_providers(providers: &[(&'static str, Vec<RateLimit>)]) -> (RateLimiter, BuildCx) {
+    let cx = BuildCx {
+        providers: Arc::new(TestProviders(providers.iter().cloned().collect())),
+        ..BuildCx::standalone()
+    };
+    let plugin = RateLimiter::new(&RateLimitConfig::default(), &cx).expect("builds");
+    (plugin, cx)
+}
+
+fn saved_target(slug: &str) -> Target {
+    Target {
+        provider: "openai".into(),
+        slug: Some(slug.into()),
+        ..Target::default()
+    }
+}
+
+/// A request by `principal` planned through the saved provider `slug` (`x-gw-provider: @slug`).
+fn via(principal: Option<&Principal>, slug: &str) -> RequestCx {
+    let mut cx = request(principal, "gpt-4o", &[]);
+    cx.plan = Some(RoutePlan::Single(saved_target(slug)));
+    cx
+}
+
+/// A request routed by a fallback config over saved providers: none is known before routing.
+fn by_config(principal: Option<&Principal>) -> RequestCx {
+    let mut cx = request(principal, "gpt-4o", &[]);
+    cx.plan = Some(RoutePlan::Config(Arc::new(json!({
+        "strategy": {"mode": "fallback"},
+        "targets": [{"provider": "@shared"}, {"provider": "@backup"}]
+    }))));
+    cx
+}
+
+#[tokio::test]
+async fn a_providers_limit_counts_every_caller_and_names_the_provider() {
+    let (plugin, bcx) = build_with_providers(&[("shared", vec![rpm(2.0)]), ("free", vec![])]);
+    let ann = key_principal("k1", "ws-1", vec![]);
+    let bob = key_principal("k2", "ws-2", vec![]);
+    run(&plugin, &mut via(Some(&ann), "shared")).await.unwrap();
+    run(&plugin, &mut via(Some(&bob), "shared")).await.unwrap();
+    // A third caller (no key at all) finds the provider's minute spent.
+    let err = run(&plugin, &mut via(None, "shared")).await.unwrap_err();
+    assert!(matches!(err.kind, ErrorKind::RateLimited { .. }), "{err:?}");
+    assert_eq!(
+        err.message,
+        "Rate limit exceeded: the provider's rate limit allows 2 requests per minute"
+    );
+    assert!(metrics_text(&bcx).contains(r#"gw_rate_limit_rejections_total{scope="provider"} 1"#));
+    // The same callers through another provider, or a config naming it, are other counters.
+    assert!(run(&plugin, &mut via(Some(&ann), "free")).await.is_ok());
+    let mut cx = request(Some(&ann), "gpt-4o", &[]);
+    cx.plan = Some(RoutePlan::Config(Arc::new(json!({"provider": "@shared"}))));
+    assert!(
+        run(&plugin, &mut cx).await.is_err(),
+        "a config's top-level provider counts"
+    );
+    let mut cx = request(Some(&ann), "gpt-4o", &[]);
+    cx.plan = Some(RoutePlan::Config(Arc::new(
+        json!({"virtual_key": "shared"}),
+    )));
+    assert!(
+        run(&plugin, &mut cx).await.is_err(),
+        "so does its virtual key"
+    );
+}
+
+#[tokio::test]
+async fn a_config_targets_provider_is_counted_when_routed_once_per_request() {
+    let (plugin, bcx) = build_with_providers(&[("shared", vec![rpm(2.0)]), ("backup", vec![])]);
+    // Named at on_request, routed there: counted once, not again at on_route.
+    let mut cx = via(None, "shared");
+    run(&plugin, &mut cx).await.unwrap();
+    plugin
+        .on_route(&mut cx, &mut saved_target("shared"))
+        .await
+        .unwrap();
+    // Chosen by the router: counted at its first attempt, not at its retries.
+    let mut cx = by_config(None);
+    run(&plugin, &mut cx).await.unwrap();
+    for _ in 0..3 {
+        plugin
+            .on_route(&mut cx, &mut saved_target("shared"))
+            .await
+            .expect("one request counted once");
+    }
+    // The minute is spent: the next request's attempt through it is refused (a fallback
+    // group then tries its next target, whose provider has no limit).
+    let mut cx = by_config(None);
+    run(&plugin, &mut cx).await.unwrap();
+    let err = plugin
+        .on_route(&mut cx, &mut saved_target("shared"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.status().as_u16(), 429);
+    assert!(err.message.contains("the provider's rate limit"), "{err}");
+    plugin
+        .on_route(&mut cx, &mut saved_target("backup"))
+        .await
+        .expect("no limit");
+    let text = metrics_text(&bcx);
+    assert!(
+        text.contains(r#"gw_rate_limit_checks_total{outcome="allowed"} 2"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"gw_rate_limit_checks_total{outcome="limited"} 1"#),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn a_providers_token_limit_is_charged_only_for_answers_through_it() {
+    let tokens = limit(RateLimitKind::Tokens, RateUnit::Rpm, 100.0);
+    let (plugin, _) = build_with_providers(&[("shared", vec![tokens]), ("backup", vec![])]);
+    let usage = Some(Usage {
+        prompt_tokens: 90,
+        completion_tokens: 60,
+    });
+    // Tried through `shared`, answered by `backup`: nothing charged to `shared`.
+    let mut cx = by_config(None);
+    run(&plugin, &mut cx).await.unwrap();
+    for slug in ["shared", "backup"] {
+        plugin
+            .on_route(&mut cx, &mut saved_target(slug))
+            .await
+            .unwrap();
+    }
+    cx.response.usage = usage;
+    plugin.on_log(&cx);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(run(&plugin, &mut via(None, "shared")).await.is_ok());
+    // Answered through it: 150 of 100 spent, refused.
+    let mut cx = via(None, "shared");
+    run(&plugin, &mut cx).await.unwrap();
+    plugin
+        .on_route(&mut cx, &mut saved_target("shared"))
+        .await
+        .unwrap();
+    cx.response.usage = usage;
+    plugin.on_log(&cx);
+    let refused =
+        eventually(|| async { run(&plugin, &mut via(None, "shared")).await.is_err() }).await;
+    assert!(refused, "the provider's tokens are spent");
 }
 
 #[test]

@@ -7,7 +7,13 @@
 //! - the [`Principal`]'s budgets: the API key's (`api_key:<id>`), the JWT's (`jwt:<sub>:<i>`)
 //!   and the workspace's (`workspace:<id>:<i>`);
 //! - every active usage limits policy of the caller's workspace whose conditions match, one
-//!   counter per `group_by` value key (`policy:<id>` + `metadata._user:alice`).
+//!   counter per `group_by` value key (`policy:<id>` + `metadata._user:alice`);
+//! - the budget of the saved provider the request goes through (`provider:<slug>`), read from
+//!   the provider store ([`BuildCx::providers`]; saved through the control plane, YAML
+//!   providers have none): in `on_request` when provider selection named it (`@slug`, a
+//!   virtual key, or a config whose top level says `provider: "@slug"` / `virtual_key`), else
+//!   in `on_route` for each attempt through a saved provider with a budget not held yet (see
+//!   below).
 //!
 //! Each budget counts `cost` (US dollars from the [price table](crate::pricing)), `tokens`
 //! (prompt + completion as the provider reported them) or `requests`, per reset period
@@ -20,10 +26,17 @@
 //!   that estimate priced for `cost`. A budget whose usage and reservations reach its limit
 //!   refuses every request. The credit limit is read from the snapshot on every request, so
 //!   raising it reactivates an exhausted budget at once.
-//! - `on_route`: notes the saved provider (slug) the attempt goes through, for its prices.
+//! - `on_route`: notes the saved provider (slug) the attempt goes through, for its prices;
+//!   when that provider has a budget this request does not hold yet (a config target chosen by
+//!   the router), reserves it there, or refuses the attempt with the same 412. In a fallback
+//!   group that refusal is an attempt's failure like another (by default the next target is
+//!   tried); under loadbalance or conditional routing it ends the request. A retry of the same
+//!   target reserves nothing more: a provider's budget is held once per request.
 //! - `on_response` / `on_chunk`: sets `cx.response.cost` from the reported usage.
 //! - `on_log`: settles (actual minus reserved; a failed request's reservation is released,
-//!   a cache hit costs no tokens), then hands the actual spend (`UsageCharge`) and any alert
+//!   a cache hit costs no tokens; a provider's budget is charged only when the answer came
+//!   through that provider, so a target given up for another, a cache hit or a refusal before
+//!   the call costs it nothing), then hands the actual spend (`UsageCharge`) and any alert
 //!   (`usage_limits.alert` when usage reaches `alert_threshold`, `usage_limits.exhausted` at
 //!   the limit; once per period per budget per instance) to a background writer.
 //!
@@ -38,9 +51,6 @@
 //! provider, other), `gw_usage_limit_alerts_total{event}` (alert, exhausted),
 //! `gw_usage_limit_backend_errors_total{op}` (reserve, settle),
 //! `gw_usage_limit_dropped_total{what}` (report, charge, event).
-//!
-//! Saved providers' own budgets (`provider:<slug>`) are charged when the auth plugin (or
-//! another) puts them in the [`Principal`]'s budgets: the provider store does not carry them.
 
 mod config;
 mod estimate;
@@ -65,7 +75,7 @@ use plugin_sdk::plugin::ResponseParts;
 use plugin_sdk::sinks::{AuditEvent, UsageCharge};
 use plugin_sdk::{
     BuildCx, Chunk, ConfigIssue, ErrorKind, Flow, GatewayError, Plugin, PluginFactory, Principal,
-    RequestCx, RoutePlan, Target, Usage,
+    ProviderStore, RequestCx, RoutePlan, Target, Usage,
 };
 
 use crate::limits::matching::{in_workspace, matches, value_key, Subject};
@@ -189,6 +199,8 @@ impl Shared {
 pub struct UsageLimitPlugin {
     shared: Arc<Shared>,
     access: Arc<dyn AccessStore>,
+    /// Saved providers, for their own budgets.
+    providers: Arc<dyn ProviderStore>,
     prices: PriceTable,
     default_completion_tokens: u64,
     on_backend_error: OnBackendError,
@@ -242,6 +254,7 @@ impl UsageLimitPlugin {
                 reports: tx,
             }),
             access: cx.access.clone(),
+            providers: cx.providers.clone(),
             prices: PriceTable::shipped().with_overrides(&config.prices),
             default_completion_tokens: config.default_completion_tokens,
             on_backend_error: config.on_backend_error,
@@ -258,12 +271,16 @@ impl UsageLimitPlugin {
         let principal = cx.extensions.get::<Principal>();
         if let Some(p) = principal {
             for b in &p.budgets {
-                out.push(self.applied_budget(b, p, now));
+                out.push(self.applied_budget(b, Some(p), now));
             }
+        }
+        let subject = Subject::of(cx);
+        // The saved provider that provider selection named (`virtual_key` is its slug).
+        if let Some(b) = subject.virtual_key.and_then(|s| self.provider_budget(s)) {
+            out.push(self.applied_budget(&b, principal, now));
         }
         let policies = self.access.usage_limit_policies();
         if !policies.is_empty() {
-            let subject = Subject::of(cx);
             for policy in policies.iter() {
                 if !in_workspace(&policy.workspace_id, &subject)
                     || !matches(&policy.conditions, &subject)
@@ -305,7 +322,21 @@ impl UsageLimitPlugin {
         out
     }
 
-    fn applied_budget(&self, b: &Budget, p: &Principal, now: SystemTime) -> Applied {
+    /// The own budget of the saved provider `slug`, when the provider store knows it and it
+    /// has one.
+    fn provider_budget(&self, slug: &str) -> Option<Budget> {
+        let record = self.providers.provider(slug)?;
+        let limit = record.usage_limits.clone()?;
+        Some(Budget {
+            id: format!("provider:{slug}"),
+            limit,
+            counted: record.counted,
+        })
+    }
+
+    /// A budget with a stable id (`api_key:`, `workspace:`, `jwt:`, `provider:`...), owned
+    /// (for events) by the caller's organisation and workspace when there is a caller.
+    fn applied_budget(&self, b: &Budget, p: Option<&Principal>, now: SystemTime) -> Applied {
         let (scope, rest) = b.id.split_once(':').unwrap_or(("other", b.id.as_str()));
         // `workspace:<id>:<index>`, `jwt:<subject>:<index>`: the owner without the index.
         let owner_id = match scope {
@@ -332,7 +363,7 @@ impl UsageLimitPlugin {
             ),
             _ => ("other", format!("budget {}", b.id), "budget"),
         };
-        self.applied(
+        let mut applied = self.applied(
             b.id.clone(),
             String::new(),
             &b.limit,
@@ -343,10 +374,14 @@ impl UsageLimitPlugin {
                 label,
                 resource_type,
                 resource_id: owner_id.to_owned(),
-                organisation_id: p.organisation_id.clone(),
-                workspace_id: p.workspace_id.clone(),
+                organisation_id: p.and_then(|p| p.organisation_id.clone()),
+                workspace_id: p.and_then(|p| p.workspace_id.clone()),
             },
-        )
+        );
+        if scope == "provider" {
+            applied.through = Some(owner_id.to_owned());
+        }
+        applied
     }
 
     fn applied(
@@ -375,6 +410,50 @@ impl UsageLimitPlugin {
             key,
             ttl: ttl_of(limit),
             owner: Arc::new(owner),
+            through: None,
+        }
+    }
+
+    /// Reserves `amounts` on `applied` (same order) all at once: what each holds, or the 412
+    /// of the first budget that has no room. A store failure holds nothing (`allow`) or is a
+    /// 500 (`refuse`).
+    async fn reserve(
+        &self,
+        applied: &[Applied],
+        amounts: &[f64],
+    ) -> Result<Vec<f64>, GatewayError> {
+        let holds: Vec<Hold> = applied
+            .iter()
+            .zip(amounts)
+            .map(|(a, &amount)| Hold {
+                key: a.key.clone(),
+                seed: a.seed,
+                amount,
+                limit: a.credit_limit,
+                ttl: a.ttl,
+            })
+            .collect();
+        match self.shared.ledger.reserve(&holds).await {
+            Ok(Reserve::Held) => Ok(amounts.to_vec()),
+            Ok(Reserve::Refused { index, used, held }) => {
+                let a = &applied[index];
+                self.shared
+                    .metrics
+                    .rejections
+                    .with_label_values(&[a.owner.scope])
+                    .inc();
+                Err(a.refusal(used, held, amounts[index]))
+            }
+            Err(e) => {
+                self.warn_backend("reserve", &e);
+                match self.on_backend_error {
+                    // Unchecked, but its spend is still settled and charged.
+                    OnBackendError::Allow => Ok(vec![0.0; amounts.len()]),
+                    OnBackendError::Refuse => Err(GatewayError::internal(
+                        "budgets cannot be checked: the usage limit store is unavailable",
+                    )),
+                }
+            }
         }
     }
 
@@ -485,6 +564,8 @@ struct Applied {
     seed: f64,
     ttl: Option<Duration>,
     owner: Arc<Owner>,
+    /// A saved provider's budget: charged only when the answer came through this slug.
+    through: Option<String>,
 }
 
 impl Applied {
@@ -690,40 +771,11 @@ impl Plugin for UsageLimitPlugin {
         }
         let usage = estimate::estimate(&cx.request, self.default_completion_tokens);
         let cost = self.price_estimate(cx, usage);
-        let holds: Vec<Hold> = applied
+        let amounts: Vec<f64> = applied
             .iter()
-            .map(|a| Hold {
-                key: a.key.clone(),
-                seed: a.seed,
-                amount: a.amount(1.0, Some(usage), Some(cost)),
-                limit: a.credit_limit,
-                ttl: a.ttl,
-            })
+            .map(|a| a.amount(1.0, Some(usage), Some(cost)))
             .collect();
-        let reserved: Vec<f64> = match self.shared.ledger.reserve(&holds).await {
-            Ok(Reserve::Held) => holds.iter().map(|h| h.amount).collect(),
-            Ok(Reserve::Refused { index, used, held }) => {
-                let a = &applied[index];
-                self.shared
-                    .metrics
-                    .rejections
-                    .with_label_values(&[a.owner.scope])
-                    .inc();
-                return Err(a.refusal(used, held, holds[index].amount));
-            }
-            Err(e) => {
-                self.warn_backend("reserve", &e);
-                match self.on_backend_error {
-                    // Unchecked, but its spend is still settled and charged.
-                    OnBackendError::Allow => vec![0.0; holds.len()],
-                    OnBackendError::Refuse => {
-                        return Err(GatewayError::internal(
-                            "budgets cannot be checked: the usage limit store is unavailable",
-                        ))
-                    }
-                }
-            }
-        };
+        let reserved = self.reserve(&applied, &amounts).await?;
         cx.extensions.insert(Reservation {
             items: applied.into_iter().zip(reserved).collect(),
         });
@@ -736,6 +788,45 @@ impl Plugin for UsageLimitPlugin {
         target: &mut Target,
     ) -> Result<Flow, GatewayError> {
         cx.extensions.insert(Through(target.slug.clone()));
+        let Some(slug) = target.slug.as_deref() else {
+            return Ok(Flow::Continue);
+        };
+        let Some(budget) = self.provider_budget(slug) else {
+            return Ok(Flow::Continue);
+        };
+        let applied =
+            self.applied_budget(&budget, cx.extensions.get::<Principal>(), (self.clock)());
+        // Held once per request: provider selection named this provider, or an earlier
+        // attempt (a retry) went through it.
+        if cx
+            .extensions
+            .get::<Reservation>()
+            .is_some_and(|r| r.items.iter().any(|(a, _)| a.key == applied.key))
+        {
+            return Ok(Flow::Continue);
+        }
+        let usage = estimate::estimate(&cx.request, self.default_completion_tokens);
+        let cost = match applied.kind {
+            UsageKind::Cost => target_model(target)
+                .or(cx.requested_model())
+                .and_then(|model| {
+                    self.prices
+                        .cost_for_target(Some(slug), &target.provider, model, usage)
+                })
+                .unwrap_or(0.0),
+            _ => 0.0,
+        };
+        let amount = applied.amount(1.0, Some(usage), Some(cost));
+        let reserved = self
+            .reserve(std::slice::from_ref(&applied), &[amount])
+            .await?;
+        let item = (applied, reserved[0]);
+        match cx.extensions.get_mut::<Reservation>() {
+            Some(r) => r.items.push(item),
+            None => {
+                cx.extensions.insert(Reservation { items: vec![item] });
+            }
+        }
         Ok(Flow::Continue)
     }
 
@@ -767,15 +858,22 @@ impl Plugin for UsageLimitPlugin {
         let usage = if cache_hit { None } else { cx.response.usage };
         let cost = usage.and_then(|u| cx.response.cost.or_else(|| self.price_answer(cx, u)));
         let requests = if succeeded { 1.0 } else { 0.0 };
+        let through = cx.extensions.get::<Through>().and_then(|t| t.0.as_deref());
         let settlement = Settlement {
             items: reservation
                 .items
                 .iter()
                 .map(|(a, reserved)| {
+                    // A provider's budget counts only what was spent through it.
+                    let spent_here = a.through.as_deref().is_none_or(|s| through == Some(s));
                     let settle = Settle {
                         key: a.key.clone(),
                         seed: a.seed,
-                        actual: a.amount(requests, usage, cost),
+                        actual: if spent_here {
+                            a.amount(requests, usage, cost)
+                        } else {
+                            0.0
+                        },
                         reserved: *reserved,
                         ttl: a.ttl,
                     };

@@ -17,7 +17,7 @@ use plugin_sdk::access::{
 use plugin_sdk::headers::GwHeaders;
 use plugin_sdk::llm::LlmRequest;
 use plugin_sdk::sinks::{AuditEvent, ControlPlaneSink, LogRecord, UsageCharge};
-use plugin_sdk::{PluginDescriptor, Route};
+use plugin_sdk::{PluginDescriptor, ProviderRecord, Route};
 
 use super::*;
 
@@ -43,6 +43,30 @@ impl AccessStore for FakeAccess {
     }
     fn version(&self) -> i64 {
         1
+    }
+}
+
+/// Saved providers by slug, which a test may change.
+#[derive(Default)]
+struct FakeProviders(Mutex<BTreeMap<String, Arc<ProviderRecord>>>);
+
+impl FakeProviders {
+    /// Saves a provider of OpenAI with this budget and counted usage.
+    fn save(&self, slug: &str, limit: Option<UsageLimit>, counted: CountedUsage) {
+        let record = ProviderRecord {
+            slug: slug.into(),
+            provider: "openai".into(),
+            usage_limits: limit,
+            counted,
+            ..ProviderRecord::default()
+        };
+        self.0.lock().unwrap().insert(slug.into(), Arc::new(record));
+    }
+}
+
+impl ProviderStore for FakeProviders {
+    fn provider(&self, slug: &str) -> Option<Arc<ProviderRecord>> {
+        self.0.lock().unwrap().get(slug).cloned()
     }
 }
 
@@ -91,6 +115,7 @@ impl RecordingSink {
 struct Env {
     plugin: UsageLimitPlugin,
     access: Arc<FakeAccess>,
+    providers: Arc<FakeProviders>,
     sink: Arc<RecordingSink>,
     registry: prometheus::Registry,
     now: Arc<Mutex<SystemTime>>,
@@ -103,9 +128,11 @@ fn at(text: &str) -> SystemTime {
 
 fn env_with(config: Value, redis_url: Option<String>) -> Env {
     let access = Arc::new(FakeAccess::default());
+    let providers = Arc::new(FakeProviders::default());
     let sink = Arc::new(RecordingSink::default());
     let mut cx = BuildCx::standalone();
     cx.access = access.clone();
+    cx.providers = providers.clone();
     cx.sink = sink.clone();
     cx.redis_url = redis_url;
     let registry = cx.metrics.clone();
@@ -121,6 +148,7 @@ fn env_with(config: Value, redis_url: Option<String>) -> Env {
     Env {
         plugin,
         access,
+        providers,
         sink,
         registry,
         now,
@@ -192,18 +220,32 @@ fn with_metadata(mut cx: RequestCx, metadata: Value) -> RequestCx {
     cx
 }
 
-/// Runs the response phases of an answer with `usage` (or a failure without), then `on_log`.
+/// Runs the response phases of an answer with `usage` (or a failure without) from the
+/// planned target (a single one; else OpenAI without a saved provider), then `on_log`.
 async fn finish(
     plugin: &UsageLimitPlugin,
     cx: &mut RequestCx,
     status: u16,
     usage: Option<(u64, u64)>,
 ) {
-    let mut target = Target {
-        provider: "openai".into(),
-        ..Target::default()
+    let mut target = match &cx.plan {
+        Some(RoutePlan::Single(t)) => t.clone(),
+        _ => Target {
+            provider: "openai".into(),
+            ..Target::default()
+        },
     };
     plugin.on_route(cx, &mut target).await.unwrap();
+    answer(plugin, cx, status, usage).await;
+}
+
+/// The answer of the last attempt routed: the response phases, then `on_log`.
+async fn answer(
+    plugin: &UsageLimitPlugin,
+    cx: &mut RequestCx,
+    status: u16,
+    usage: Option<(u64, u64)>,
+) {
     cx.response.status = Some(status);
     cx.response.provider = Some("openai".into());
     cx.response.model = Some("gpt-4o-2024-08-06".into());
@@ -768,6 +810,224 @@ fn counters_expire_after_their_period() {
     assert_eq!(ttl_of(&l), Some(Duration::from_secs(8 * DAY)));
     l.periodic_reset_days = Some(3);
     assert_eq!(ttl_of(&l), Some(Duration::from_secs(4 * DAY)));
+}
+
+// ---------------------------------------------------------------- saved providers' budgets
+
+/// `cx` planned through the saved provider `slug` (`x-gw-provider: @slug`).
+fn through(mut cx: RequestCx, slug: &str) -> RequestCx {
+    cx.plan = Some(RoutePlan::Single(saved_target(slug)));
+    cx
+}
+
+/// The target of a saved provider of OpenAI.
+fn saved_target(slug: &str) -> Target {
+    Target {
+        provider: "openai".into(),
+        slug: Some(slug.into()),
+        ..Target::default()
+    }
+}
+
+/// A fallback config over two saved providers: no provider is known before routing.
+fn fallback_plan() -> Option<RoutePlan> {
+    Some(RoutePlan::Config(Arc::new(json!({
+        "strategy": {"mode": "fallback"},
+        "targets": [{"provider": "@capped"}, {"provider": "@backup"}]
+    }))))
+}
+
+#[tokio::test]
+async fn a_saved_providers_budget_holds_for_every_caller() {
+    let e = env();
+    // 20 tokens; each request below reserves 2 + 10 and spends 8.
+    e.providers.save(
+        "capped",
+        Some(limit(UsageKind::Tokens, 20.0)),
+        CountedUsage::default(),
+    );
+    e.providers.save("free", None, CountedUsage::default());
+    // A key's request and one with no caller at all share the provider's budget.
+    for p in [Some(principal(vec![])), None] {
+        let mut cx = through(chat(p, 10), "capped");
+        e.plugin.on_request(&mut cx).await.expect("room");
+        finish(&e.plugin, &mut cx, 200, Some((4, 4))).await;
+    }
+    let mut cx = through(chat(Some(principal(vec![])), 10), "capped");
+    let err = refused(&e.plugin, &mut cx).await;
+    assert_eq!(err.status(), StatusCode::PRECONDITION_FAILED);
+    assert_eq!(
+        err.message,
+        "Usage limit exceeded: the provider @capped's budget has used 16 of 20 tokens, \
+         and this request may need up to 12 more"
+    );
+    assert_eq!(
+        metric(&e.registry, "gw_usage_limit_rejections_total", "provider"),
+        1
+    );
+    // A provider without a budget holds nothing.
+    let mut cx = through(chat(None, 10), "free");
+    e.plugin.on_request(&mut cx).await.expect("no budget");
+    assert!(cx.extensions.get::<Reservation>().is_none());
+    // The spend reaches the control plane under the provider's counter id.
+    eventually("the provider's charges", || {
+        e.sink.charged("provider:capped") == 16.0
+    })
+    .await;
+    assert!(e
+        .sink
+        .charges
+        .lock()
+        .unwrap()
+        .iter()
+        .all(|c| c.budget_id == "provider:capped" && c.value_key.is_empty()));
+}
+
+#[tokio::test]
+async fn a_config_naming_a_provider_reserves_from_its_counted_usage() {
+    let e = env();
+    // The control plane already counted 10 of the provider's 20 tokens.
+    e.providers.save(
+        "capped",
+        Some(limit(UsageKind::Tokens, 20.0)),
+        CountedUsage {
+            current_usage: 10.0,
+            period: 0,
+            reset_epoch: 0,
+        },
+    );
+    let mut cx = chat(None, 10);
+    cx.plan = Some(RoutePlan::Config(Arc::new(json!({"provider": "@capped"}))));
+    let err = refused(&e.plugin, &mut cx).await;
+    assert!(
+        err.message
+            .contains("the provider @capped's budget has used 10 of 20 tokens"),
+        "{}",
+        err.message
+    );
+    // The legacy form names the same provider; 2 + 8 tokens fit exactly.
+    let mut cx = chat(None, 8);
+    cx.plan = Some(RoutePlan::Config(Arc::new(
+        json!({"virtual_key": "capped"}),
+    )));
+    e.plugin.on_request(&mut cx).await.expect("fits");
+    let held = cx.extensions.get::<Reservation>().expect("held");
+    assert_eq!(held.items.len(), 1);
+    assert_eq!(held.items[0].0.budget_id, "provider:capped");
+    assert_eq!(held.items[0].1, 10.0);
+}
+
+#[tokio::test]
+async fn a_config_target_reserves_its_providers_budget_when_routed() {
+    let e = env();
+    e.providers.save(
+        "capped",
+        Some(limit(UsageKind::Tokens, 20.0)),
+        CountedUsage::default(),
+    );
+    let mut first = chat(None, 10);
+    first.plan = fallback_plan();
+    e.plugin.on_request(&mut first).await.unwrap();
+    assert!(first.extensions.get::<Reservation>().is_none());
+    // Held at the first attempt through it, once however many retries follow.
+    for _ in 0..3 {
+        e.plugin
+            .on_route(&mut first, &mut saved_target("capped"))
+            .await
+            .expect("room");
+    }
+    assert_eq!(
+        first.extensions.get::<Reservation>().unwrap().items.len(),
+        1
+    );
+    // Meanwhile another request's attempt through it has no room: a 412 for that attempt.
+    let mut second = chat(None, 10);
+    second.plan = fallback_plan();
+    e.plugin.on_request(&mut second).await.unwrap();
+    let err = e
+        .plugin
+        .on_route(&mut second, &mut saved_target("capped"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.status(), StatusCode::PRECONDITION_FAILED);
+    assert_eq!(
+        err.message,
+        "Usage limit exceeded: the provider @capped's budget has used 0 of 20 tokens \
+         (12 more held by requests in flight), and this request may need up to 12 more"
+    );
+    // It falls back to a provider without a budget, which answers.
+    e.plugin
+        .on_route(&mut second, &mut saved_target("backup"))
+        .await
+        .expect("no budget");
+    answer(&e.plugin, &mut second, 200, Some((4, 4))).await;
+    // The first one is answered through `capped`: 8 spent, the rest released.
+    answer(&e.plugin, &mut first, 200, Some((4, 4))).await;
+    eventually("the provider's charge", || {
+        e.sink.charged("provider:capped") == 8.0
+    })
+    .await;
+    let mut third = chat(None, 10);
+    third.plan = fallback_plan();
+    e.plugin.on_request(&mut third).await.unwrap();
+    e.plugin
+        .on_route(&mut third, &mut saved_target("capped"))
+        .await
+        .expect("8 used: 12 fit");
+}
+
+#[tokio::test]
+async fn a_provider_given_up_for_another_target_is_charged_nothing() {
+    let e = env();
+    e.providers.save(
+        "capped",
+        Some(limit(UsageKind::Tokens, 20.0)),
+        CountedUsage::default(),
+    );
+    let p = principal(vec![budget(
+        "api_key:key-1",
+        limit(UsageKind::Tokens, 1000.0),
+    )]);
+    let mut cx = chat(Some(p), 10);
+    cx.plan = fallback_plan();
+    e.plugin.on_request(&mut cx).await.unwrap();
+    // `capped` is tried (12 held) and fails; `backup` answers.
+    e.plugin
+        .on_route(&mut cx, &mut saved_target("capped"))
+        .await
+        .unwrap();
+    e.plugin
+        .on_route(&mut cx, &mut saved_target("backup"))
+        .await
+        .unwrap();
+    answer(&e.plugin, &mut cx, 200, Some((4, 4))).await;
+    eventually("the key's charge", || {
+        e.sink.charged("api_key:key-1") == 8.0
+    })
+    .await;
+    assert_eq!(e.sink.charged("provider:capped"), 0.0);
+    // Its reservation was released: 2 + 18 tokens fit its whole budget.
+    let mut cx = through(chat(None, 18), "capped");
+    e.plugin.on_request(&mut cx).await.expect("all 20 free");
+}
+
+#[tokio::test]
+async fn a_cache_hit_costs_the_provider_nothing() {
+    let e = env();
+    e.providers.save(
+        "capped",
+        Some(limit(UsageKind::Tokens, 20.0)),
+        CountedUsage::default(),
+    );
+    let mut cx = through(chat(None, 18), "capped");
+    e.plugin.on_request(&mut cx).await.unwrap();
+    // Answered from the cache: never routed.
+    cx.response.cache_status = Some("HIT");
+    answer(&e.plugin, &mut cx, 200, Some((10, 10))).await;
+    let mut cx = through(chat(None, 18), "capped");
+    e.plugin.on_request(&mut cx).await.expect("released");
+    tokio::time::sleep(Duration::from_millis(30)).await;
+    assert_eq!(e.sink.charged("provider:capped"), 0.0);
 }
 
 /// Two plugins over one Redis stand for two gateway instances.
