@@ -7,7 +7,9 @@ use axum::extract::State;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use utoipa::{IntoParams, ToSchema};
 
+use super::openapi::{tag, EmptyObject, ErrorBody, ListEnvelope};
 use super::{double_option, empty, list_envelope, AppState, Ctx, PathParams};
 use crate::authz::{self, Access, Action, KeyKind, Op, Principal, Resource, WorkspaceRole};
 use crate::error::{AdminError, Result};
@@ -18,19 +20,24 @@ use crate::validate::{self, Metadata, Page, RateLimit, UsageLimitsInput};
 /// The shortest and the default transition of a rotation: the old key works 30 more minutes.
 const MIN_TRANSITION_MS: i64 = 30 * 60 * 1000;
 
-/// `defaults` of a key.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+/// `defaults` of a key: what requests made with it get unless they say otherwise.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = ApiKeyDefaults)]
 struct KeyDefaults {
+    /// Metadata of the requests made with the key (string values).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<BTreeMap<String, String>>)]
     metadata: Option<Metadata>,
+    /// The config (slug or id) applied to each request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     config_id: Option<String>,
+    /// Whether a request may name another config.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     allow_config_override: Option<bool>,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 enum RotationPeriod {
     Weekly,
@@ -38,26 +45,39 @@ enum RotationPeriod {
 }
 
 /// `rotation_policy` of a key (kept; automatic rotation is not run yet).
-#[derive(Debug, Clone, Deserialize, Serialize)]
+#[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct RotationPolicy {
     #[serde(default)]
     rotation_period: Option<RotationPeriod>,
+    /// RFC 3339.
     #[serde(default)]
+    #[schema(format = DateTime)]
     next_rotation_at: Option<String>,
+    /// At least 1800000 (30 minutes).
     #[serde(default)]
+    #[schema(minimum = 1800000)]
     key_transition_period_ms: Option<i64>,
 }
 
-#[derive(Debug, Deserialize)]
+/// A new key. Workspace keys need `workspace_id`; a workspace user key belongs to `user_id`
+/// (default: the caller's user).
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = CreateApiKey)]
 struct CreateKey {
+    /// 1 to 255 characters.
     name: String,
+    /// What the key may do (`workspaces.list`, `logs.view`, ...): the scopes of its kind, and
+    /// only those the caller holds.
     scopes: Vec<String>,
+    /// At most 1024 characters.
     #[serde(default)]
     description: Option<String>,
+    /// A workspace id or slug: required for workspace keys, refused for admin keys.
     #[serde(default)]
     workspace_id: Option<String>,
+    /// The user a workspace user key belongs to (a UUID).
     #[serde(default)]
     user_id: Option<String>,
     #[serde(default)]
@@ -66,16 +86,22 @@ struct CreateKey {
     usage_limits: Option<UsageLimitsInput>,
     #[serde(default)]
     defaults: Option<KeyDefaults>,
+    /// E-mail addresses alerted about the key's usage.
     #[serde(default)]
     alert_emails: Option<Vec<String>>,
+    /// RFC 3339, in the future and within the organisation's maximum; absent: the
+    /// organisation's default expiry; `null`: never (when the organisation has no maximum).
     #[serde(default, deserialize_with = "double_option")]
+    #[schema(format = DateTime)]
     expires_at: Option<Option<String>>,
     #[serde(default)]
     rotation_policy: Option<RotationPolicy>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The fields to change; absent fields are kept, `null` clears those that can be cleared.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = UpdateApiKey)]
 struct UpdateKey {
     #[serde(default)]
     name: Option<String>,
@@ -91,33 +117,116 @@ struct UpdateKey {
     defaults: Option<KeyDefaults>,
     #[serde(default)]
     alert_emails: Option<Vec<String>>,
+    /// RFC 3339; `null`: never (when the organisation has no maximum).
     #[serde(default, deserialize_with = "double_option")]
+    #[schema(format = DateTime)]
     expires_at: Option<Option<String>>,
     #[serde(default, deserialize_with = "double_option")]
     rotation_policy: Option<Option<RotationPolicy>>,
+    /// `true` sets the key's usage back to zero.
     #[serde(default)]
     reset_usage: Option<bool>,
 }
 
-#[derive(Debug, Deserialize)]
+/// A rotation.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = RotateApiKey)]
 struct RotateKey {
+    /// How long the old key keeps working, in milliseconds: at least and by default 1800000
+    /// (30 minutes).
     #[serde(default)]
+    #[schema(minimum = 1800000)]
     key_transition_period_ms: Option<i64>,
 }
 
-#[derive(Debug, Deserialize)]
+// Described for the OpenAPI document only; the handler reads `CreateKey` or `RotateKey`.
+/// The body of `POST /v1/api-keys/{id}/{action}`: a new key (`{type}/{sub-type}`) or a
+/// rotation (`{id}/rotate`).
+#[derive(Deserialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // described in the OpenAPI document, never built
+#[schema(as = CreateOrRotateApiKey)]
+enum CreateOrRotate {
+    Create(Box<CreateKey>),
+    Rotate(RotateKey),
+}
+
+/// `{id, key, object}`: the new key, shown this once.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)] // described in the OpenAPI document, never built
+struct ApiKeyCreated {
+    id: String,
+    /// The raw key: keep it, it is not shown again.
+    key: String,
+    /// `api-key`.
+    object: String,
+}
+
+/// `{id, key, key_transition_expires_at, object}`: the new raw key of a rotated key.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)] // described in the OpenAPI document, never built
+struct ApiKeyRotated {
+    id: String,
+    /// The new raw key.
+    key: String,
+    /// Until when the old key keeps working (RFC 3339).
+    #[schema(format = DateTime)]
+    key_transition_expires_at: String,
+    /// `api-key`.
+    object: String,
+}
+
+// Described for the OpenAPI document only (the handler answers JSON it builds).
+/// The answer of `POST /v1/api-keys/{id}/{action}`.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // described in the OpenAPI document, never built
+enum CreatedOrRotated {
+    Created(ApiKeyCreated),
+    Rotated(ApiKeyRotated),
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
+    /// Items per page: 0 to 100, default 50.
     #[serde(default)]
+    #[param(minimum = 0, maximum = 100)]
     page_size: Option<i64>,
+    /// The page, from 0.
     #[serde(default)]
+    #[param(minimum = 0)]
     current_page: Option<i64>,
+    /// Only the keys of this workspace (id or slug); a workspace key lists its own workspace's.
     #[serde(default)]
     workspace_id: Option<String>,
 }
 
 /// `POST /api-keys/{type}/{sub-type}` or `POST /api-keys/{id}/rotate`.
+#[utoipa::path(
+    post,
+    path = "/v1/api-keys/{id}/{action}",
+    operation_id = "createOrRotateApiKey",
+    tag = tag::API_KEYS,
+    summary = "Create a key, or rotate one",
+    description = "`POST /v1/api-keys/{type}/{sub-type}` creates a key: `organisation/service` \
+        (an admin key), `workspace/service` or `workspace/user`; the body is a `CreateApiKey`. \
+        `POST /v1/api-keys/{id}/rotate` gives the key `id` a new raw key, the old one working for \
+        the transition period; the body is a `RotateApiKey`.",
+    params(
+        ("id" = String, Path, description = "`organisation` or `workspace` to create; a key's id (UUID) to rotate."),
+        ("action" = String, Path, description = "`service` or `user` to create; `rotate` to rotate."),
+    ),
+    request_body(content = CreateOrRotate, description = "`CreateApiKey` to create, `RotateApiKey` to rotate."),
+    responses(
+        (status = 200, description = "The new key, or the rotated key's new raw key.", body = CreatedOrRotated),
+        (status = 400, description = "An invalid body, an unknown key type, an expired key.", body = ErrorBody),
+        (status = 404, description = "No such key to rotate (AB08), or no workspace or user named in the body (AB02).", body = ErrorBody),
+        (status = 409, description = "The user has as many keys in the workspace as the settings allow.", body = ErrorBody),
+    )
+)]
 pub async fn create_or_rotate(
     State(app): State<AppState>,
     PathParams((first, second)): PathParams<(String, String)>,
@@ -221,6 +330,20 @@ async fn create(store: &Store, ctx: &Ctx, kind: KeyKind) -> Result<Json<Value>> 
 }
 
 /// `GET /api-keys`: the keys the caller may list, masked.
+#[utoipa::path(
+    get,
+    path = "/v1/api-keys",
+    operation_id = "listApiKeys",
+    tag = tag::API_KEYS,
+    summary = "List keys",
+    description = "The keys the caller may list, masked, newest first. A workspace member lists only their own user keys.",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "A page of keys (each as `GET /v1/api-keys/{id}` answers).", body = ListEnvelope),
+        (status = 400, description = "An invalid query.", body = ErrorBody),
+        (status = 404, description = "No workspace `workspace_id` (AB02).", body = ErrorBody),
+    )
+)]
 pub async fn list(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
     let q: ListQuery = ctx.query()?;
     let page = Page::new(q.page_size, q.current_page)?;
@@ -266,6 +389,21 @@ pub async fn list(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> 
 }
 
 /// `GET /api-keys/{id}`.
+#[utoipa::path(
+    get,
+    path = "/v1/api-keys/{id}",
+    operation_id = "getApiKey",
+    tag = tag::API_KEYS,
+    summary = "Get a key",
+    params(
+        ("id" = String, Path, description = "The key's id (a UUID)."),
+    ),
+    responses(
+        (status = 200, description = "The key, masked.", body = Object),
+        (status = 400, description = "A malformed id.", body = ErrorBody),
+        (status = 404, description = "No such key.", body = ErrorBody),
+    )
+)]
 pub async fn get(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,
@@ -276,6 +414,22 @@ pub async fn get(
 }
 
 /// `PUT /api-keys/{id}`.
+#[utoipa::path(
+    put,
+    path = "/v1/api-keys/{id}",
+    operation_id = "updateApiKey",
+    tag = tag::API_KEYS,
+    summary = "Update a key",
+    params(
+        ("id" = String, Path, description = "The key's id (a UUID)."),
+    ),
+    request_body = UpdateKey,
+    responses(
+        (status = 200, description = "Updated.", body = EmptyObject),
+        (status = 400, description = "A malformed id or an invalid body.", body = ErrorBody),
+        (status = 404, description = "No such key.", body = ErrorBody),
+    )
+)]
 pub async fn update(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,
@@ -324,6 +478,22 @@ pub async fn update(
 }
 
 /// `DELETE /api-keys/{id}`: the key stops working at once.
+#[utoipa::path(
+    delete,
+    path = "/v1/api-keys/{id}",
+    operation_id = "deleteApiKey",
+    tag = tag::API_KEYS,
+    summary = "Delete a key",
+    description = "The key stops working at once.",
+    params(
+        ("id" = String, Path, description = "The key's id (a UUID)."),
+    ),
+    responses(
+        (status = 200, description = "Deleted.", body = EmptyObject),
+        (status = 400, description = "A malformed id.", body = ErrorBody),
+        (status = 404, description = "No such key.", body = ErrorBody),
+    )
+)]
 pub async fn delete(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,

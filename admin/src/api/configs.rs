@@ -6,7 +6,9 @@ use axum::extract::State;
 use axum::Json;
 use serde::{Deserialize, Deserializer};
 use serde_json::{json, Value};
+use utoipa::{IntoParams, ToSchema};
 
+use super::openapi::{tag, EmptyObject, ErrorBody, ListEnvelope};
 use super::{empty, list_envelope, AppState, Ctx, PathParams};
 use crate::authz::{self, Action, Op, Principal, Resource};
 use crate::error::{AdminError, Result};
@@ -33,11 +35,17 @@ fn bool_or_int<'de, D: Deserializer<'de>>(de: D) -> std::result::Result<Option<b
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// A new config.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateConfig {
+    /// 1 to 255 characters.
     name: String,
+    /// The routing config: a JSON object the gateway's config validator accepts.
+    #[schema(value_type = Object)]
     config: Value,
+    /// Whether this is the workspace's default config: `true`, `false`, `0` or `1` (also
+    /// spelled `is_default`). Default `false`.
     #[serde(
         default,
         rename = "isDefault",
@@ -45,17 +53,23 @@ struct CreateConfig {
         deserialize_with = "bool_or_int"
     )]
     is_default: Option<bool>,
+    /// A workspace id or slug; default: the calling workspace key's workspace, else the
+    /// organisation's `default` workspace.
     #[serde(default)]
     workspace_id: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The changes: a new version. At least one field.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct UpdateConfig {
     #[serde(default)]
     name: Option<String>,
+    /// The new routing config (a JSON object).
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     config: Option<Value>,
+    /// `true`, `false`, `0` or `1` (also spelled `is_default`).
     #[serde(
         default,
         rename = "isDefault",
@@ -65,27 +79,65 @@ struct UpdateConfig {
     is_default: Option<bool>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
+    /// Items per page: 0 to 100, default 50.
     #[serde(default)]
+    #[param(minimum = 0, maximum = 100)]
     page_size: Option<i64>,
+    /// The page, from 0.
     #[serde(default)]
+    #[param(minimum = 0)]
     current_page: Option<i64>,
+    /// Only this workspace's (id or slug); a workspace key lists its own workspace's.
     #[serde(default)]
     workspace_id: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct PageQuery {
+    /// Items per page: 0 to 100, default 50.
     #[serde(default)]
+    #[param(minimum = 0, maximum = 100)]
     page_size: Option<i64>,
+    /// The page, from 0.
     #[serde(default)]
+    #[param(minimum = 0)]
     current_page: Option<i64>,
 }
 
+/// `{id, slug, version_id, object}`: the new config.
+#[derive(ToSchema)]
+#[allow(dead_code)] // described in the OpenAPI document, never built
+struct ConfigCreated {
+    id: String,
+    /// What requests name it by (`x-gw-config`).
+    slug: String,
+    /// Its first version.
+    version_id: String,
+    /// `config`.
+    object: String,
+}
+
 /// `POST /configs` -> `{id, slug, version_id}`.
+#[utoipa::path(
+    post,
+    path = "/v1/configs",
+    operation_id = "createConfig",
+    tag = tag::CONFIGS,
+    summary = "Create a config",
+    request_body = CreateConfig,
+    responses(
+        (status = 200, description = "The new config.", body = ConfigCreated),
+        (status = 400, description = "An invalid body, or a config the gateway refuses.", body = ErrorBody),
+        (status = 404, description = "No workspace `workspace_id` (AB02).", body = ErrorBody),
+        (status = 409, description = "The slug is taken.", body = ErrorBody),
+    )
+)]
 pub async fn create(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
     let body: CreateConfig = ctx.json()?;
     let p = &ctx.principal;
@@ -114,6 +166,20 @@ pub async fn create(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>
 }
 
 /// `GET /configs`: the configs the caller may list, newest first.
+#[utoipa::path(
+    get,
+    path = "/v1/configs",
+    operation_id = "listConfigs",
+    tag = tag::CONFIGS,
+    summary = "List configs",
+    description = "The configs the caller may list, newest first.",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "A page of configs.", body = ListEnvelope),
+        (status = 400, description = "An invalid query.", body = ErrorBody),
+        (status = 404, description = "No workspace `workspace_id` (AB02).", body = ErrorBody),
+    )
+)]
 pub async fn list(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
     let q: ListQuery = ctx.query()?;
     let page = Page::new(q.page_size, q.current_page)?;
@@ -135,6 +201,20 @@ pub async fn list(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> 
 }
 
 /// `GET /configs/{slug}`.
+#[utoipa::path(
+    get,
+    path = "/v1/configs/{slug}",
+    operation_id = "getConfig",
+    tag = tag::CONFIGS,
+    summary = "Get a config",
+    params(
+        ("slug" = String, Path, description = "The config's slug (`pc-...`) or id."),
+    ),
+    responses(
+        (status = 200, description = "The config, with its current version.", body = Object),
+        (status = 404, description = "No such config.", body = ErrorBody),
+    )
+)]
 pub async fn get(
     State(app): State<AppState>,
     PathParams(slug): PathParams<String>,
@@ -145,6 +225,23 @@ pub async fn get(
 }
 
 /// `PUT /configs/{slug}`: a new version with the changes.
+#[utoipa::path(
+    put,
+    path = "/v1/configs/{slug}",
+    operation_id = "updateConfig",
+    tag = tag::CONFIGS,
+    summary = "Update a config",
+    description = "Each update makes a new version.",
+    params(
+        ("slug" = String, Path, description = "The config's slug (`pc-...`) or id."),
+    ),
+    request_body = UpdateConfig,
+    responses(
+        (status = 200, description = "Updated.", body = EmptyObject),
+        (status = 400, description = "An invalid body, nothing to update, or a config the gateway refuses.", body = ErrorBody),
+        (status = 404, description = "No such config.", body = ErrorBody),
+    )
+)]
 pub async fn update(
     State(app): State<AppState>,
     PathParams(slug): PathParams<String>,
@@ -174,6 +271,20 @@ pub async fn update(
 }
 
 /// `DELETE /configs/{slug}`.
+#[utoipa::path(
+    delete,
+    path = "/v1/configs/{slug}",
+    operation_id = "deleteConfig",
+    tag = tag::CONFIGS,
+    summary = "Delete a config",
+    params(
+        ("slug" = String, Path, description = "The config's slug (`pc-...`) or id."),
+    ),
+    responses(
+        (status = 200, description = "Deleted.", body = EmptyObject),
+        (status = 404, description = "No such config.", body = ErrorBody),
+    )
+)]
 pub async fn delete(
     State(app): State<AppState>,
     PathParams(slug): PathParams<String>,
@@ -185,6 +296,23 @@ pub async fn delete(
 }
 
 /// `GET /configs/{slug}/versions`: newest first.
+#[utoipa::path(
+    get,
+    path = "/v1/configs/{slug}/versions",
+    operation_id = "listConfigVersions",
+    tag = tag::CONFIGS,
+    summary = "List a config's versions",
+    description = "Newest first.",
+    params(
+        ("slug" = String, Path, description = "The config's slug (`pc-...`) or id."),
+        PageQuery,
+    ),
+    responses(
+        (status = 200, description = "A page of versions.", body = ListEnvelope),
+        (status = 400, description = "An invalid query.", body = ErrorBody),
+        (status = 404, description = "No such config.", body = ErrorBody),
+    )
+)]
 pub async fn versions(
     State(app): State<AppState>,
     PathParams(slug): PathParams<String>,

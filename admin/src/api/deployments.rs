@@ -7,7 +7,9 @@ use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{Map, Value};
+use utoipa::{IntoParams, ToSchema};
 
+use super::openapi::{tag, EmptyObject, ErrorBody, ListEnvelope};
 use super::{double_option, empty, list_envelope, AppState, Ctx, PathParams};
 use crate::authz::{self, Action, Op, Resource};
 use crate::error::{AdminError, Result};
@@ -19,7 +21,8 @@ const MAX_SLUG: usize = 50;
 /// The most workspaces a deployment may be restricted to.
 const MAX_WORKSPACES: usize = 1000;
 
-#[derive(Debug, Clone, Copy, Deserialize)]
+/// What a deployment serves.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
 #[serde(rename_all = "kebab-case")]
 enum DeploymentType {
     Production,
@@ -35,48 +38,84 @@ impl DeploymentType {
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// A new deployment.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateDeployment {
+    /// 1 to 255 characters.
     name: String,
+    /// 1 to 50 of `a-z A-Z 0-9 _ -`, not a UUID; default: made from the name.
     #[serde(default)]
+    #[schema(pattern = "^[a-zA-Z0-9_-]{1,50}$")]
     slug: Option<String>,
+    /// Default `non-production`.
     #[serde(default, rename = "type")]
     kind: Option<DeploymentType>,
+    /// Free-form settings of the deployment.
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     deployment_config: Option<Map<String, Value>>,
+    /// The workspaces (ids or slugs) it serves, at least one; absent or `null`: every
+    /// workspace.
     #[serde(default)]
     workspace_restrictions: Option<Vec<String>>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The fields to change; absent fields are kept.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct UpdateDeployment {
     #[serde(default)]
     name: Option<String>,
+    /// 1 to 50 of `a-z A-Z 0-9 _ -`, not a UUID.
     #[serde(default)]
+    #[schema(pattern = "^[a-zA-Z0-9_-]{1,50}$")]
     slug: Option<String>,
     #[serde(default, rename = "type")]
     kind: Option<DeploymentType>,
+    /// Replaces the settings.
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     deployment_config: Option<Map<String, Value>>,
+    /// `null` lifts the restriction (every workspace).
     #[serde(default, deserialize_with = "double_option")]
     workspace_restrictions: Option<Option<Vec<String>>>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
+    /// Items per page: 0 to 100, default 50.
     #[serde(default)]
+    #[param(minimum = 0, maximum = 100)]
     page_size: Option<i64>,
+    /// The page, from 0.
     #[serde(default)]
+    #[param(minimum = 0)]
     current_page: Option<i64>,
+    /// Only deployments of this type.
     #[serde(default, rename = "type")]
+    #[param(inline)]
     kind: Option<DeploymentType>,
 }
 
 /// `POST /deployments` -> the deployment. `type` defaults to `non-production`; without
 /// `workspace_restrictions` (or with `null`) it serves every workspace.
+#[utoipa::path(
+    post,
+    path = "/v1/deployments",
+    operation_id = "createDeployment",
+    tag = tag::DEPLOYMENTS,
+    summary = "Create a deployment",
+    request_body = CreateDeployment,
+    responses(
+        (status = 200, description = "The new deployment.", body = Object),
+        (status = 400, description = "An invalid body.", body = ErrorBody),
+        (status = 404, description = "A workspace of `workspace_restrictions` does not exist (AB02).", body = ErrorBody),
+        (status = 409, description = "The slug is taken.", body = ErrorBody),
+    )
+)]
 pub async fn create(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
     let body: CreateDeployment = ctx.json()?;
     let p = &ctx.principal;
@@ -106,6 +145,18 @@ pub async fn create(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>
 }
 
 /// `GET /deployments`: `page_size`, `current_page`, `type`.
+#[utoipa::path(
+    get,
+    path = "/v1/deployments",
+    operation_id = "listDeployments",
+    tag = tag::DEPLOYMENTS,
+    summary = "List deployments",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "A page of deployments.", body = ListEnvelope),
+        (status = 400, description = "An invalid query.", body = ErrorBody),
+    )
+)]
 pub async fn list(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
     let q: ListQuery = ctx.query()?;
     let page = Page::new(q.page_size, q.current_page)?;
@@ -129,6 +180,20 @@ pub async fn list(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> 
 }
 
 /// `GET /deployments/{id}` (id or slug).
+#[utoipa::path(
+    get,
+    path = "/v1/deployments/{id}",
+    operation_id = "getDeployment",
+    tag = tag::DEPLOYMENTS,
+    summary = "Get a deployment",
+    params(
+        ("id" = String, Path, description = "The deployment's id or slug."),
+    ),
+    responses(
+        (status = 200, description = "The deployment.", body = Object),
+        (status = 404, description = "No such deployment.", body = ErrorBody),
+    )
+)]
 pub async fn get(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,
@@ -140,6 +205,23 @@ pub async fn get(
 
 /// `PUT /deployments/{id}`: the fields given change; `workspace_restrictions: null` lifts the
 /// restriction.
+#[utoipa::path(
+    put,
+    path = "/v1/deployments/{id}",
+    operation_id = "updateDeployment",
+    tag = tag::DEPLOYMENTS,
+    summary = "Update a deployment",
+    params(
+        ("id" = String, Path, description = "The deployment's id or slug."),
+    ),
+    request_body = UpdateDeployment,
+    responses(
+        (status = 200, description = "Updated.", body = EmptyObject),
+        (status = 400, description = "An invalid body.", body = ErrorBody),
+        (status = 404, description = "No such deployment (AB08), or a workspace of `workspace_restrictions` does not exist (AB02).", body = ErrorBody),
+        (status = 409, description = "The slug is taken.", body = ErrorBody),
+    )
+)]
 pub async fn update(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,
@@ -168,6 +250,21 @@ pub async fn update(
 }
 
 /// `DELETE /deployments/{id}`.
+#[utoipa::path(
+    delete,
+    path = "/v1/deployments/{id}",
+    operation_id = "deleteDeployment",
+    tag = tag::DEPLOYMENTS,
+    summary = "Delete a deployment",
+    params(
+        ("id" = String, Path, description = "The deployment's id or slug."),
+    ),
+    responses(
+        (status = 200, description = "Deleted.", body = EmptyObject),
+        (status = 400, description = "A body with fields (this takes none).", body = ErrorBody),
+        (status = 404, description = "No such deployment.", body = ErrorBody),
+    )
+)]
 pub async fn delete(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,

@@ -14,8 +14,11 @@ use axum::Json;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
+use utoipa::openapi::schema::ObjectBuilder;
+use utoipa::{IntoParams, ToSchema};
 
 use super::configs::{list_workspace, resolve_workspace};
+use super::openapi::{one_of, tag, EmptyObject, ErrorBody, ListEnvelope, Object};
 use super::{double_option, empty, list_envelope, AppState, Ctx, PathParams};
 use crate::authz::{self, Action, Op, Principal, Resource};
 use crate::error::{AdminError, Result};
@@ -38,35 +41,53 @@ const MAX_TAG_KEY: usize = 100;
 
 /// `configurations` of an integration. On update a field set to `null` is removed and a field
 /// left out is kept.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = IntegrationConfigurations)]
 pub(super) struct Configurations {
+    /// An http(s) URL the provider is reached at instead of its own (any provider).
     #[serde(default, deserialize_with = "double_option")]
+    #[schema(format = "uri")]
     custom_host: Option<Option<String>>,
+    /// `azure-openai` only.
     #[serde(default, deserialize_with = "double_option")]
     azure_resource_name: Option<Option<String>>,
+    /// `azure-openai` only.
     #[serde(default, deserialize_with = "double_option")]
     azure_deployment_id: Option<Option<String>>,
+    /// `azure-openai` only.
     #[serde(default, deserialize_with = "double_option")]
     azure_api_version: Option<Option<String>>,
+    /// `vertex-ai` only.
     #[serde(default, deserialize_with = "double_option")]
     vertex_project_id: Option<Option<String>>,
+    /// `vertex-ai` only.
     #[serde(default, deserialize_with = "double_option")]
     vertex_region: Option<Option<String>>,
+    /// `vertex-ai` only.
     #[serde(
         default,
         rename = "skipPtuCostAttribution",
         deserialize_with = "double_option"
     )]
     skip_ptu_cost_attribution: Option<Option<bool>>,
+    /// `bedrock` only.
     #[serde(default, deserialize_with = "double_option")]
     aws_access_key_id: Option<Option<String>>,
+    /// `bedrock` only; stored encrypted, shown masked.
     #[serde(default, deserialize_with = "double_option")]
     aws_secret_access_key: Option<Option<String>>,
+    /// `bedrock` only; stored encrypted, shown masked.
     #[serde(default, deserialize_with = "double_option")]
     aws_session_token: Option<Option<String>>,
+    /// `bedrock` only.
     #[serde(default, deserialize_with = "double_option")]
     aws_region: Option<Option<String>>,
+}
+
+/// An `ai_provider_id`: one of the providers the gateway knows.
+pub(super) fn ai_provider_schema() -> ObjectBuilder {
+    one_of(AI_PROVIDER_IDS).description(Some("A provider the gateway knows."))
 }
 
 /// How a setting's value is checked.
@@ -346,36 +367,51 @@ pub(super) fn query_with_tags<T: DeserializeOwned>(
     Ok((query, tags))
 }
 
-#[derive(Debug, Deserialize)]
+/// A new integration: a provider's credentials, for one workspace (`workspace_id`, or the
+/// calling workspace key's) or for the organisation (an admin key without `workspace_id`).
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateIntegration {
+    /// 1 to 255 characters.
     name: String,
+    #[schema(schema_with = ai_provider_schema)]
     ai_provider_id: String,
+    /// 1 to 255 of `a-z A-Z 0-9 _ -`, not a UUID; default: made from the name.
     #[serde(default)]
+    #[schema(pattern = "^[a-zA-Z0-9_-]+$")]
     slug: Option<String>,
+    /// The provider's secret (1 to 8192 printable characters); stored encrypted, shown masked.
     #[serde(default)]
     key: Option<String>,
     #[serde(default)]
     description: Option<String>,
+    /// A workspace id or slug.
     #[serde(default)]
     workspace_id: Option<String>,
     #[serde(default)]
     configurations: Option<Configurations>,
+    /// Whether a provider is made from it at once (default `true`).
     #[serde(default)]
     create_default_provider: Option<bool>,
+    /// The slug of that provider (not with `create_default_provider: false`).
     #[serde(default)]
+    #[schema(pattern = "^[a-zA-Z0-9_-]+$")]
     default_provider_slug: Option<String>,
+    /// At most 50; names 1 to 100 of `a-z A-Z 0-9 _ - . :`, values at most 255 characters.
     #[serde(default)]
     tags: Option<BTreeMap<String, String>>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The fields to change; absent fields are kept, `configurations` are merged by name, `tags`
+/// replaced.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct UpdateIntegration {
     #[serde(default)]
     name: Option<String>,
     #[serde(default, deserialize_with = "double_option")]
     description: Option<Option<String>>,
+    /// A new secret; `null` removes it.
     #[serde(default, deserialize_with = "double_option")]
     key: Option<Option<String>>,
     #[serde(default)]
@@ -384,30 +420,45 @@ struct UpdateIntegration {
     tags: Option<BTreeMap<String, String>>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The named parameters of the list; `tags[name]=value` filters are read beside them.
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
+    /// Items per page: 0 to 100, default 50.
     #[serde(default)]
+    #[param(minimum = 0, maximum = 100)]
     page_size: Option<i64>,
+    /// The page, from 0.
     #[serde(default)]
+    #[param(minimum = 0)]
     current_page: Option<i64>,
+    /// Only the integrations usable in this workspace (id or slug).
     #[serde(default)]
     workspace_id: Option<String>,
+    /// Only those of this provider.
     #[serde(default)]
     ai_provider_id: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct PageQuery {
+    /// Items per page: 0 to 100, default 50.
     #[serde(default)]
+    #[param(minimum = 0, maximum = 100)]
     page_size: Option<i64>,
+    /// The page, from 0.
     #[serde(default)]
+    #[param(minimum = 0)]
     current_page: Option<i64>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The access of every workspace.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = IntegrationGlobalAccess)]
 struct GlobalAccessInput {
     enabled: bool,
     #[serde(default)]
@@ -416,33 +467,81 @@ struct GlobalAccessInput {
     rate_limits: Option<Vec<RateLimit>>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The access of one workspace.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = IntegrationWorkspaceAccess)]
 struct WorkspaceInput {
+    /// A workspace id or slug.
     id: String,
     enabled: bool,
     #[serde(default)]
     usage_limits: Option<Vec<UsageLimitsInput>>,
     #[serde(default)]
     rate_limits: Option<Vec<RateLimit>>,
+    /// Whether enabling makes a provider in the workspace (default `true`).
     #[serde(default)]
     create_default_provider: Option<bool>,
     #[serde(default)]
+    #[schema(pattern = "^[a-zA-Z0-9_-]+$")]
     default_provider_slug: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// Which workspaces an organisation integration is shared with.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = UpdateIntegrationWorkspaces)]
 struct UpdateWorkspaces {
     #[serde(default)]
     workspaces: Vec<WorkspaceInput>,
     #[serde(default)]
     global_workspace_access: Option<GlobalAccessInput>,
+    /// With `global_workspace_access`: whether it replaces the access set per workspace.
     #[serde(default)]
     override_existing_workspace_access: Option<bool>,
 }
 
+/// `{id, slug, default_provider_slug, object}`: the new integration.
+#[derive(ToSchema)]
+#[allow(dead_code)] // described in the OpenAPI document, never built
+struct IntegrationCreated {
+    id: String,
+    slug: String,
+    /// The provider made from it, if one was.
+    default_provider_slug: Option<String>,
+    /// `integration`.
+    object: String,
+}
+
+/// `{object: "list", total, data, global_workspace_access}`.
+#[derive(ToSchema)]
+#[allow(dead_code)] // described in the OpenAPI document, never built
+struct IntegrationWorkspaceList {
+    /// `list`.
+    object: String,
+    total: i64,
+    /// Each workspace with its access (`enabled`, limits).
+    data: Vec<Object>,
+    /// The access of all workspaces.
+    global_workspace_access: Option<Object>,
+}
+
 /// `POST /integrations` -> `{id, slug, default_provider_slug}`.
+#[utoipa::path(
+    post,
+    path = "/v1/integrations",
+    operation_id = "createIntegration",
+    tag = tag::INTEGRATIONS,
+    summary = "Create an integration",
+    description = "With its default provider unless `create_default_provider` is false.",
+    request_body = CreateIntegration,
+    responses(
+        (status = 200, description = "The new integration.", body = IntegrationCreated),
+        (status = 400, description = "An invalid body.", body = ErrorBody),
+        (status = 404, description = "No workspace `workspace_id` (AB02).", body = ErrorBody),
+        (status = 409, description = "The slug is taken.", body = ErrorBody),
+    )
+)]
 pub async fn create(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
     let body: CreateIntegration = ctx.json()?;
     let p = &ctx.principal;
@@ -558,6 +657,22 @@ async fn free_integration_slug(store: &Store, org: &str, base: &str) -> Result<S
 
 /// `GET /integrations`: filters `workspace_id` (integrations usable there), `ai_provider_id`,
 /// and `tags[name]=value` (each pair must match).
+#[utoipa::path(
+    get,
+    path = "/v1/integrations",
+    operation_id = "listIntegrations",
+    tag = tag::INTEGRATIONS,
+    summary = "List integrations",
+    params(
+        ListQuery,
+        ("tags" = Option<BTreeMap<String, String>>, Query, style = DeepObject, explode, description = "`tags[name]=value`: only those with each tag."),
+    ),
+    responses(
+        (status = 200, description = "A page of integrations (secrets masked).", body = ListEnvelope),
+        (status = 400, description = "An invalid query.", body = ErrorBody),
+        (status = 404, description = "No workspace `workspace_id` (AB02).", body = ErrorBody),
+    )
+)]
 pub async fn list(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
     let (q, tag_filter): (ListQuery, _) = query_with_tags(&ctx.uri)?;
     let page = Page::new(q.page_size, q.current_page)?;
@@ -594,6 +709,20 @@ pub async fn list(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> 
 }
 
 /// `GET /integrations/{slug}`.
+#[utoipa::path(
+    get,
+    path = "/v1/integrations/{slug}",
+    operation_id = "getIntegration",
+    tag = tag::INTEGRATIONS,
+    summary = "Get an integration",
+    params(
+        ("slug" = String, Path, description = "The integration's slug or id."),
+    ),
+    responses(
+        (status = 200, description = "The integration (secrets masked).", body = Object),
+        (status = 404, description = "No such integration.", body = ErrorBody),
+    )
+)]
 pub async fn get(
     State(app): State<AppState>,
     PathParams(slug): PathParams<String>,
@@ -605,6 +734,22 @@ pub async fn get(
 
 /// `PUT /integrations/{slug}`: name, description, key, configurations (merged by name),
 /// tags (replaced).
+#[utoipa::path(
+    put,
+    path = "/v1/integrations/{slug}",
+    operation_id = "updateIntegration",
+    tag = tag::INTEGRATIONS,
+    summary = "Update an integration",
+    params(
+        ("slug" = String, Path, description = "The integration's slug or id."),
+    ),
+    request_body = UpdateIntegration,
+    responses(
+        (status = 200, description = "Updated.", body = EmptyObject),
+        (status = 400, description = "An invalid body.", body = ErrorBody),
+        (status = 404, description = "No such integration.", body = ErrorBody),
+    )
+)]
 pub async fn update(
     State(app): State<AppState>,
     PathParams(slug): PathParams<String>,
@@ -634,6 +779,21 @@ pub async fn update(
 }
 
 /// `DELETE /integrations/{slug}`: with the providers made from it.
+#[utoipa::path(
+    delete,
+    path = "/v1/integrations/{slug}",
+    operation_id = "deleteIntegration",
+    tag = tag::INTEGRATIONS,
+    summary = "Delete an integration",
+    description = "With the providers made from it.",
+    params(
+        ("slug" = String, Path, description = "The integration's slug or id."),
+    ),
+    responses(
+        (status = 200, description = "Deleted.", body = EmptyObject),
+        (status = 404, description = "No such integration.", body = ErrorBody),
+    )
+)]
 pub async fn delete(
     State(app): State<AppState>,
     PathParams(slug): PathParams<String>,
@@ -648,6 +808,23 @@ pub async fn delete(
 
 /// `GET /integrations/{slug}/workspaces`: every workspace with its access (`enabled`, limits),
 /// and the access of all workspaces (`global_workspace_access`).
+#[utoipa::path(
+    get,
+    path = "/v1/integrations/{slug}/workspaces",
+    operation_id = "listIntegrationWorkspaces",
+    tag = tag::INTEGRATIONS,
+    summary = "List the workspaces of an integration",
+    description = "Every workspace with its access (`enabled`, limits), and the access of all workspaces.",
+    params(
+        ("slug" = String, Path, description = "The integration's slug or id."),
+        PageQuery,
+    ),
+    responses(
+        (status = 200, description = "A page of workspaces.", body = IntegrationWorkspaceList),
+        (status = 400, description = "An invalid query.", body = ErrorBody),
+        (status = 404, description = "No such integration.", body = ErrorBody),
+    )
+)]
 pub async fn workspaces(
     State(app): State<AppState>,
     PathParams(slug): PathParams<String>,
@@ -672,6 +849,24 @@ pub async fn workspaces(
 /// `PUT /integrations/{slug}/workspaces`: enables or disables the organisation integration per
 /// workspace (with limits, and a default provider unless `create_default_provider` is false),
 /// and for all workspaces (`global_workspace_access`).
+#[utoipa::path(
+    put,
+    path = "/v1/integrations/{slug}/workspaces",
+    operation_id = "updateIntegrationWorkspaces",
+    tag = tag::INTEGRATIONS,
+    summary = "Share an integration with workspaces",
+    description = "Enables or disables an organisation integration per workspace (with limits, and a default provider unless `create_default_provider` is false), and for all workspaces.",
+    params(
+        ("slug" = String, Path, description = "The integration's slug or id."),
+    ),
+    request_body = UpdateWorkspaces,
+    responses(
+        (status = 200, description = "Updated.", body = EmptyObject),
+        (status = 400, description = "An invalid body, or an integration of one workspace.", body = ErrorBody),
+        (status = 404, description = "No such integration (AB08), or no workspace named in the body (AB02).", body = ErrorBody),
+        (status = 409, description = "A default provider slug is taken.", body = ErrorBody),
+    )
+)]
 pub async fn update_workspaces(
     State(app): State<AppState>,
     PathParams(slug): PathParams<String>,

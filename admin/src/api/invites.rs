@@ -9,7 +9,9 @@ use axum::http::{HeaderMap, Method, Uri};
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use utoipa::{IntoParams, ToSchema};
 
+use super::openapi::{tag, EmptyObject, ErrorBody, ListEnvelope};
 use super::users::{camel_page, email_filter, GivenRole};
 use super::{empty, list_envelope, AppState, ClientAddr, Ctx, PathParams, MAX_BODY_BYTES};
 use crate::authz::{self, Action, KeyKind, Op, Resource};
@@ -17,7 +19,7 @@ use crate::error::{AdminError, ErrorKind, Result};
 use crate::store::{Invite, InviteFilter, InviteWorkspace, NewInvite, RequestMeta, Store};
 use crate::validate;
 
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 enum WorkspaceRoleInput {
     Admin,
@@ -35,31 +37,41 @@ impl WorkspaceRoleInput {
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// A workspace the invited user joins, and their role there.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = InviteWorkspace)]
 struct WorkspaceInput {
     /// The workspace's id or slug.
     id: String,
+    #[schema(inline)]
     role: WorkspaceRoleInput,
 }
 
-#[derive(Debug, Deserialize)]
+/// The workspace user keys made for the user when they accept.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = InviteKeyDetails)]
 struct KeyDetails {
+    /// The keys' scopes (workspace user key scopes).
     scopes: Vec<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// An invitation.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateInvite {
+    /// The invited address.
+    #[schema(format = Email)]
     email: String,
     role: GivenRole,
     workspaces: Vec<WorkspaceInput>,
+    /// With it, accepting makes the user a key in each workspace.
     #[serde(default)]
     workspace_api_key_details: Option<KeyDetails>,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 enum StatusFilter {
     Pending,
@@ -68,24 +80,35 @@ enum StatusFilter {
     Expired,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
+    /// Items per page: 0 to 100, default 50.
     #[serde(default)]
+    #[param(minimum = 0, maximum = 100)]
     page_size: Option<i64>,
+    /// The page, from 0.
     #[serde(default)]
+    #[param(minimum = 0)]
     current_page: Option<i64>,
     #[serde(default)]
+    #[param(inline)]
     role: Option<GivenRole>,
+    /// Any part of the address, any case.
     #[serde(default)]
     email: Option<String>,
     #[serde(default)]
+    #[param(inline)]
     status: Option<StatusFilter>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The acceptance of an invite.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = AcceptInvite)]
 struct AcceptBody {
+    /// The invite link's token (here or in the query).
     #[serde(default)]
     token: Option<String>,
     #[serde(default)]
@@ -94,15 +117,48 @@ struct AcceptBody {
     last_name: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct AcceptQuery {
+    /// The invite link's token (here or in the body).
     #[serde(default)]
     token: Option<String>,
 }
 
+/// `{id, invite_link}`: the new invite.
+#[derive(ToSchema)]
+#[allow(dead_code)] // described in the OpenAPI document, never built
+struct InviteCreated {
+    id: String,
+    /// The link the invited person follows to accept.
+    invite_link: String,
+}
+
+/// `{inviteLink}`: the new link.
+#[derive(ToSchema)]
+#[allow(dead_code)] // described in the OpenAPI document, never built
+struct InviteResent {
+    #[schema(rename = "inviteLink")]
+    invite_link: String,
+}
+
 /// `POST /admin/users/invites` -> `{id, invite_link}`. 409 (AB07) when the address already
 /// belongs to the organisation or has a pending invite.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/users/invites",
+    operation_id = "createInvite",
+    tag = tag::INVITES,
+    summary = "Invite a user",
+    request_body = CreateInvite,
+    responses(
+        (status = 200, description = "The invite, and the link to send.", body = InviteCreated),
+        (status = 400, description = "An invalid body.", body = ErrorBody),
+        (status = 404, description = "A workspace of the body does not exist (AB02).", body = ErrorBody),
+        (status = 409, description = "The address belongs to the organisation, or has a pending invite.", body = ErrorBody),
+    )
+)]
 pub async fn create(
     State(app): State<AppState>,
     headers: HeaderMap,
@@ -169,6 +225,18 @@ pub async fn create(
 
 /// `GET /admin/users/invites`: `pageSize`, `currentPage`, `role`, `email` (any part, any
 /// case), `status`.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/users/invites",
+    operation_id = "listInvites",
+    tag = tag::INVITES,
+    summary = "List invites",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "A page of invites.", body = ListEnvelope),
+        (status = 400, description = "An invalid query.", body = ErrorBody),
+    )
+)]
 pub async fn list(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
     let q: ListQuery = ctx.query()?;
     let page = camel_page(q.page_size, q.current_page)?;
@@ -201,6 +269,21 @@ pub async fn list(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> 
 }
 
 /// `GET /admin/users/invites/{id}`.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/users/invites/{id}",
+    operation_id = "getInvite",
+    tag = tag::INVITES,
+    summary = "Get an invite",
+    params(
+        ("id" = String, Path, description = "The invite's id (a UUID)."),
+    ),
+    responses(
+        (status = 200, description = "The invite.", body = Object),
+        (status = 400, description = "A malformed id.", body = ErrorBody),
+        (status = 404, description = "No such invite.", body = ErrorBody),
+    )
+)]
 pub async fn get(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,
@@ -212,6 +295,23 @@ pub async fn get(
 
 /// `DELETE /admin/users/invites/{id}`: cancels the invite (its link stops working); 409 for an
 /// invite already accepted or cancelled.
+#[utoipa::path(
+    delete,
+    path = "/v1/admin/users/invites/{id}",
+    operation_id = "deleteInvite",
+    tag = tag::INVITES,
+    summary = "Cancel an invite",
+    description = "Its link stops working.",
+    params(
+        ("id" = String, Path, description = "The invite's id (a UUID)."),
+    ),
+    responses(
+        (status = 200, description = "Cancelled.", body = EmptyObject),
+        (status = 400, description = "A malformed id, or a body with fields.", body = ErrorBody),
+        (status = 404, description = "No such invite.", body = ErrorBody),
+        (status = 409, description = "The invite was already accepted or cancelled.", body = ErrorBody),
+    )
+)]
 pub async fn delete(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,
@@ -225,6 +325,23 @@ pub async fn delete(
 
 /// `POST /admin/users/invites/{id}/resend` -> `{inviteLink}`: a new link, valid for a new
 /// week; the previous link stops working. A pending or expired invite only.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/users/invites/{id}/resend",
+    operation_id = "resendInvite",
+    tag = tag::INVITES,
+    summary = "Resend an invite",
+    description = "A new link, valid for a new week; the previous link stops working. A pending or expired invite only.",
+    params(
+        ("id" = String, Path, description = "The invite's id (a UUID)."),
+    ),
+    responses(
+        (status = 200, description = "The new link.", body = InviteResent),
+        (status = 400, description = "A malformed id, or a body with fields.", body = ErrorBody),
+        (status = 404, description = "No such invite.", body = ErrorBody),
+        (status = 409, description = "The invite was accepted or cancelled.", body = ErrorBody),
+    )
+)]
 pub async fn resend(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,
@@ -242,6 +359,29 @@ pub async fn resend(
 /// `POST /admin/users/invites/{id}/accept`: no API key; the invite link's `token` (in the body
 /// or the query), and optionally `first_name`, `last_name`. Answers the new user, with
 /// `api_keys` (raw, shown this once) when the invite asked for workspace keys.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/users/invites/{id}/accept",
+    operation_id = "acceptInvite",
+    tag = tag::INVITES,
+    summary = "Accept an invite",
+    description = "Takes no API key: the invite link's `token` (in the body or the query). Answers the new user, with `api_keys` (raw, shown this once) when the invite asked for workspace keys.",
+    security(()),
+    params(
+        ("id" = String, Path, description = "The invite's id (a UUID)."),
+        AcceptQuery,
+    ),
+    request_body = AcceptBody,
+    responses(
+        (status = 200, description = "The new user.", body = Object),
+        (status = 400, description = "A malformed id, an invalid body, no token.", body = ErrorBody),
+        (status = 401, description = "The token does not match.", body = ErrorBody),
+        (status = 404, description = "No such invite.", body = ErrorBody),
+        (status = 409, description = "The invite was already accepted, cancelled or has expired, or the address is taken.", body = ErrorBody),
+        (status = 413, description = "The body is larger than the control plane reads.", body = ErrorBody),
+        (status = 500, description = "A fault of the gateway or its database.", body = ErrorBody),
+    )
+)]
 pub async fn accept(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,

@@ -14,7 +14,10 @@ use plugin_sdk::sinks::LogRecord;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
+use utoipa::openapi::schema::ArrayBuilder;
+use utoipa::{IntoParams, ToSchema};
 
+use super::openapi::{list_of, tag, ErrorBody, ListEnvelope};
 use super::{list_envelope, AppState, Ctx, PathParams};
 use crate::authz::{self, Action, Op, Principal, Resource};
 use crate::error::{AdminError, Result};
@@ -30,53 +33,130 @@ const MAX_INSERT: usize = 100;
 /// Longest `request.url` of an inserted log.
 const MAX_URL: usize = 2048;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
+    /// Items per page: 0 to 100, default 50.
     #[serde(default)]
+    #[param(minimum = 0, maximum = 100)]
     page_size: Option<i64>,
+    /// The page, from 0.
     #[serde(default)]
+    #[param(minimum = 0)]
     current_page: Option<i64>,
+    /// A workspace id or slug; a workspace key lists its own workspace's.
     #[serde(default)]
     workspace_id: Option<String>,
     #[serde(default)]
     trace_id: Option<String>,
     #[serde(default)]
     api_key_id: Option<String>,
+    /// An HTTP status, 100 to 599.
     #[serde(default)]
+    #[param(minimum = 100, maximum = 599)]
     status_code: Option<i64>,
     #[serde(default)]
     provider: Option<String>,
     #[serde(default)]
     model: Option<String>,
+    /// RFC 3339: logs made at or after it.
     #[serde(default)]
+    #[param(format = DateTime)]
     time_of_generation_min: Option<String>,
+    /// RFC 3339: logs made at or before it.
     #[serde(default)]
+    #[param(format = DateTime)]
     time_of_generation_max: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// A draft export, or the changes to one (fields not sent are kept).
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = LogExportRequest)]
 struct ExportBody {
+    /// The workspace (id or slug) whose logs are exported; the same as `filters.workspace_id`
+    /// if both are sent. Default: a workspace key's own workspace.
     #[serde(default)]
     workspace_id: Option<String>,
     #[serde(default)]
     description: Option<String>,
     #[serde(default)]
     filters: Option<LogFilter>,
+    /// The fields of each exported log.
     #[serde(default)]
+    #[schema(schema_with = requested_data_schema)]
     requested_data: Option<Vec<String>>,
 }
 
-#[derive(Debug, Deserialize)]
+/// `requested_data`: fields of a log.
+fn requested_data_schema() -> ArrayBuilder {
+    list_of(LOG_FIELDS)
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct ExportListQuery {
+    /// A workspace id or slug; a workspace key lists its own workspace's.
     #[serde(default)]
     workspace_id: Option<String>,
+    /// Items per page: 0 to 100, default 50.
     #[serde(default)]
+    #[param(minimum = 0, maximum = 100)]
     page_size: Option<i64>,
+    /// The page, from 0.
     #[serde(default)]
+    #[param(minimum = 0)]
     current_page: Option<i64>,
+}
+
+/// `{id, total, object}`: a saved draft export.
+#[derive(ToSchema)]
+#[allow(dead_code)] // described in the OpenAPI document, never built
+struct ExportSaved {
+    id: String,
+    /// How many logs match now.
+    total: i64,
+    /// `export`.
+    object: String,
+}
+
+/// `{id, status, total, message, object}`: a finished export.
+#[derive(ToSchema)]
+#[allow(dead_code)] // described in the OpenAPI document, never built
+struct ExportStarted {
+    id: String,
+    /// `success`.
+    status: String,
+    /// How many logs it holds.
+    total: i64,
+    message: String,
+    /// `export`.
+    object: String,
+}
+
+/// `{id, status, message, object}`: a cancelled export.
+#[derive(ToSchema)]
+#[allow(dead_code)] // described in the OpenAPI document, never built
+struct ExportCancelled {
+    id: String,
+    /// `cancelled`.
+    status: String,
+    message: String,
+    /// `export`.
+    object: String,
+}
+
+// Described for the OpenAPI document only; the handler reads a JSON value, then each log.
+/// The body of `POST /v1/logs`: one log, or a list of 1 to 100.
+#[derive(Deserialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // described in the OpenAPI document, never built
+#[schema(as = InsertLogs)]
+enum InsertBody {
+    One(Box<ExternalLog>),
+    Many(Vec<ExternalLog>),
 }
 
 #[derive(Debug, Deserialize)]
@@ -84,7 +164,7 @@ struct ExportListQuery {
 struct NoBody {}
 
 /// One log of `POST /v1/logs`: the request, the response, metadata.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ExternalLog {
     request: ExternalRequest,
@@ -93,12 +173,16 @@ struct ExternalLog {
     /// `span_name`/`spanName` and `parent_span_id`/`parentSpanId` become the log's tracing
     /// fields.
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     metadata: Option<Map<String, Value>>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The request of an inserted log.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = ExternalLogRequest)]
 struct ExternalRequest {
+    /// At most 2048 characters.
     #[serde(default)]
     url: Option<String>,
     #[serde(default)]
@@ -110,25 +194,31 @@ struct ExternalRequest {
     /// Default `POST`.
     #[serde(default)]
     method: Option<String>,
+    /// Stored with secrets redacted; its `model` is the log's model.
     #[serde(default)]
     body: Option<Value>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The response of an inserted log.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = ExternalLogResponse)]
 struct ExternalResponse {
     /// Default 200.
     #[serde(default)]
+    #[schema(minimum = 100, maximum = 599)]
     status: Option<i64>,
     /// Accepted and not stored.
     #[serde(default)]
     #[allow(dead_code)]
     headers: Option<Value>,
+    /// Stored with secrets redacted; its `usage` gives the log's tokens.
     #[serde(default)]
     body: Option<Value>,
     /// Latency in milliseconds (`response_time` wins when both are sent).
     #[serde(default)]
     time: Option<f64>,
+    /// Latency in milliseconds.
     #[serde(default)]
     response_time: Option<f64>,
     #[serde(default, rename = "streamingMode")]
@@ -138,6 +228,20 @@ struct ExternalResponse {
 // ----- logs -----
 
 /// `GET /v1/logs`: newest first, without request and response bodies (read one log for them).
+#[utoipa::path(
+    get,
+    path = "/v1/logs",
+    operation_id = "listLogs",
+    tag = tag::LOGS,
+    summary = "List request logs",
+    description = "Newest first, without request and response bodies (read one log for them).",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "A page of logs.", body = ListEnvelope),
+        (status = 400, description = "An invalid query.", body = ErrorBody),
+        (status = 404, description = "No workspace `workspace_id` (AB02).", body = ErrorBody),
+    )
+)]
 pub async fn list(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
     let q: ListQuery = ctx.query()?;
     let page = Page::new(q.page_size, q.current_page)?;
@@ -172,6 +276,22 @@ pub async fn list(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> 
 }
 
 /// `GET /v1/logs/{id}`: one log, with its bodies when they were kept.
+#[utoipa::path(
+    get,
+    path = "/v1/logs/{id}",
+    operation_id = "getLog",
+    tag = tag::LOGS,
+    summary = "Get a request log",
+    description = "With its bodies when they were kept.",
+    params(
+        ("id" = String, Path, description = "The log's id."),
+    ),
+    responses(
+        (status = 200, description = "The log.", body = Object),
+        (status = 400, description = "An id longer than 255 characters.", body = ErrorBody),
+        (status = 404, description = "No such log.", body = ErrorBody),
+    )
+)]
 pub async fn get(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,
@@ -196,6 +316,19 @@ pub async fn get(
 /// this gateway; `{object: "list", total, data: [{id, object: "log"}]}`. The logs belong to
 /// the caller's organisation and, for a workspace key, its workspace. Headers are not stored;
 /// bodies are, with secrets redacted.
+#[utoipa::path(
+    post,
+    path = "/v1/logs",
+    operation_id = "insertLogs",
+    tag = tag::LOGS,
+    summary = "Insert logs",
+    description = "Stores one log, or a list of up to 100, sent by something other than this gateway. They belong to the caller's organisation and, for a workspace key, its workspace. Headers are not stored; bodies are, with secrets redacted.",
+    request_body = InsertBody,
+    responses(
+        (status = 200, description = "The new logs' ids: `data` is `[{id, object: \"log\"}]`.", body = ListEnvelope),
+        (status = 400, description = "An invalid body.", body = ErrorBody),
+    )
+)]
 pub async fn insert(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
     let p = &ctx.principal;
     authz::allowed(p, &Action::new(Resource::Logs, Op::Write), p.workspace_id())?;
@@ -248,6 +381,20 @@ pub async fn insert(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>
 
 /// `POST /v1/logs/exports`: a draft export of the logs its filters select; `{id, total,
 /// object: "export"}` (`total`: how many logs match now).
+#[utoipa::path(
+    post,
+    path = "/v1/logs/exports",
+    operation_id = "createLogExport",
+    tag = tag::LOG_EXPORTS,
+    summary = "Create a log export",
+    description = "A draft export of the logs its filters select.",
+    request_body = ExportBody,
+    responses(
+        (status = 200, description = "The draft, and how many logs match now.", body = ExportSaved),
+        (status = 400, description = "An invalid body.", body = ErrorBody),
+        (status = 404, description = "No workspace `workspace_id` (AB02).", body = ErrorBody),
+    )
+)]
 pub async fn create_export(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
     let body: ExportBody = ctx.json()?;
     let new = export_of(&app.store, &ctx.principal, body, None).await?;
@@ -257,6 +404,20 @@ pub async fn create_export(State(app): State<AppState>, ctx: Ctx) -> Result<Json
 
 /// `GET /v1/logs/exports`: newest first; `workspace_id` filters (a workspace key lists its
 /// workspace's).
+#[utoipa::path(
+    get,
+    path = "/v1/logs/exports",
+    operation_id = "listLogExports",
+    tag = tag::LOG_EXPORTS,
+    summary = "List log exports",
+    description = "Newest first.",
+    params(ExportListQuery),
+    responses(
+        (status = 200, description = "A page of exports.", body = ListEnvelope),
+        (status = 400, description = "An invalid query.", body = ErrorBody),
+        (status = 404, description = "No workspace `workspace_id` (AB02).", body = ErrorBody),
+    )
+)]
 pub async fn list_exports(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
     let q: ExportListQuery = ctx.query()?;
     let page = Page::new(q.page_size, q.current_page)?;
@@ -273,6 +434,21 @@ pub async fn list_exports(State(app): State<AppState>, ctx: Ctx) -> Result<Json<
 }
 
 /// `GET /v1/logs/exports/{id}`.
+#[utoipa::path(
+    get,
+    path = "/v1/logs/exports/{id}",
+    operation_id = "getLogExport",
+    tag = tag::LOG_EXPORTS,
+    summary = "Get a log export",
+    params(
+        ("id" = String, Path, description = "The export's id (a UUID)."),
+    ),
+    responses(
+        (status = 200, description = "The export.", body = Object),
+        (status = 400, description = "A malformed id.", body = ErrorBody),
+        (status = 404, description = "No such export.", body = ErrorBody),
+    )
+)]
 pub async fn get_export(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,
@@ -284,6 +460,24 @@ pub async fn get_export(
 
 /// `PUT /v1/logs/exports/{id}`: changes a draft (fields not sent are kept); `{id, total,
 /// object: "export"}`. 409 once it has started or was cancelled.
+#[utoipa::path(
+    put,
+    path = "/v1/logs/exports/{id}",
+    operation_id = "updateLogExport",
+    tag = tag::LOG_EXPORTS,
+    summary = "Update a draft log export",
+    description = "Fields not sent are kept.",
+    params(
+        ("id" = String, Path, description = "The export's id (a UUID)."),
+    ),
+    request_body = ExportBody,
+    responses(
+        (status = 200, description = "The draft, and how many logs match now.", body = ExportSaved),
+        (status = 400, description = "A malformed id or an invalid body.", body = ErrorBody),
+        (status = 404, description = "No such export (AB08), or no workspace `workspace_id` (AB02).", body = ErrorBody),
+        (status = 409, description = "The export has started or was cancelled.", body = ErrorBody),
+    )
+)]
 pub async fn update_export(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,
@@ -303,6 +497,23 @@ pub async fn update_export(
 
 /// `POST /v1/logs/exports/{id}/start`: writes the matching logs (oldest first) as JSON lines
 /// of the requested fields; the export is then `success` and can be downloaded.
+#[utoipa::path(
+    post,
+    path = "/v1/logs/exports/{id}/start",
+    operation_id = "startLogExport",
+    tag = tag::LOG_EXPORTS,
+    summary = "Run a log export",
+    description = "Writes the matching logs (oldest first) as JSON lines of the requested fields; the export can then be downloaded.",
+    params(
+        ("id" = String, Path, description = "The export's id (a UUID)."),
+    ),
+    responses(
+        (status = 200, description = "The export has run.", body = ExportStarted),
+        (status = 400, description = "A malformed id, or a body with fields.", body = ErrorBody),
+        (status = 404, description = "No such export.", body = ErrorBody),
+        (status = 409, description = "The export is not a draft.", body = ErrorBody),
+    )
+)]
 pub async fn start_export(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,
@@ -321,6 +532,22 @@ pub async fn start_export(
 }
 
 /// `POST /v1/logs/exports/{id}/cancel`: a draft is cancelled; 409 for a finished export.
+#[utoipa::path(
+    post,
+    path = "/v1/logs/exports/{id}/cancel",
+    operation_id = "cancelLogExport",
+    tag = tag::LOG_EXPORTS,
+    summary = "Cancel a draft log export",
+    params(
+        ("id" = String, Path, description = "The export's id (a UUID)."),
+    ),
+    responses(
+        (status = 200, description = "Cancelled.", body = ExportCancelled),
+        (status = 400, description = "A malformed id, or a body with fields.", body = ErrorBody),
+        (status = 404, description = "No such export.", body = ErrorBody),
+        (status = 409, description = "The export has finished.", body = ErrorBody),
+    )
+)]
 pub async fn cancel_export(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,
@@ -339,6 +566,23 @@ pub async fn cancel_export(
 
 /// `GET /v1/logs/exports/{id}/download`: the export's JSON lines (`application/x-ndjson`);
 /// 409 before it has run.
+#[utoipa::path(
+    get,
+    path = "/v1/logs/exports/{id}/download",
+    operation_id = "downloadLogExport",
+    tag = tag::LOG_EXPORTS,
+    summary = "Download a log export",
+    params(
+        ("id" = String, Path, description = "The export's id (a UUID)."),
+    ),
+    responses(
+        (status = 200, description = "The export's logs, one JSON object a line.", body = String, content_type = "application/x-ndjson",
+            headers(("content-disposition" = String, description = "`attachment; filename=\"logs-export-<id>.jsonl\"`"))),
+        (status = 400, description = "A malformed id.", body = ErrorBody),
+        (status = 404, description = "No such export.", body = ErrorBody),
+        (status = 409, description = "The export has not run.", body = ErrorBody),
+    )
+)]
 pub async fn download_export(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,

@@ -8,7 +8,9 @@ use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
 
+use super::openapi::{tag, EmptyObject, ErrorBody, ListEnvelope};
 use super::{empty, list_envelope, AppState, Ctx, PathParams};
 use crate::authz::{self, Action, Op, Resource, WorkspaceRole};
 use crate::error::{AdminError, Result};
@@ -20,8 +22,10 @@ use crate::validate::{self, Page};
 #[serde(deny_unknown_fields)]
 pub(super) struct NoFields {}
 
-#[derive(Debug, Clone, Copy, Deserialize)]
+/// A role in a workspace.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
+#[schema(as = WorkspaceRole)]
 enum RoleInput {
     Admin,
     Manager,
@@ -38,38 +42,71 @@ impl RoleInput {
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// A user to add, and their role.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = WorkspaceMemberInput)]
 struct MemberInput {
+    /// The user's id (a UUID).
     id: String,
     role: RoleInput,
 }
 
-#[derive(Debug, Deserialize)]
+/// Users to add to the workspace: all or none.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = AddWorkspaceMembers)]
 struct AddMembers {
+    /// At least one, each user once.
     users: Vec<MemberInput>,
 }
 
-#[derive(Debug, Deserialize)]
+/// A member's new role.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = UpdateWorkspaceMember)]
 struct UpdateMember {
     role: RoleInput,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
+    /// Items per page: 0 to 100, default 50.
     #[serde(default)]
+    #[param(minimum = 0, maximum = 100)]
     page_size: Option<i64>,
+    /// The page, from 0.
     #[serde(default)]
+    #[param(minimum = 0)]
     current_page: Option<i64>,
+    /// Only members with this role.
     #[serde(default)]
+    #[param(inline)]
     role: Option<RoleInput>,
 }
 
 /// `POST /admin/workspaces/{id}/users` -> `{}`: all or none; 404 (AB02) for an unknown user,
 /// 409 for one who is already a member.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/workspaces/{id}/users",
+    operation_id = "addWorkspaceMembers",
+    tag = tag::MEMBERS,
+    summary = "Add users to a workspace",
+    description = "All or none.",
+    params(
+        ("id" = String, Path, description = "The workspace's id or slug."),
+    ),
+    request_body = AddMembers,
+    responses(
+        (status = 200, description = "Added.", body = EmptyObject),
+        (status = 400, description = "An invalid body.", body = ErrorBody),
+        (status = 404, description = "No such workspace (AB08), or no such user (AB02).", body = ErrorBody),
+        (status = 409, description = "A user is already a member.", body = ErrorBody),
+    )
+)]
 pub async fn add(
     State(app): State<AppState>,
     PathParams(ws): PathParams<String>,
@@ -100,6 +137,22 @@ pub async fn add(
 }
 
 /// `GET /admin/workspaces/{id}/users`: `page_size`, `current_page`, `role`.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/workspaces/{id}/users",
+    operation_id = "listWorkspaceMembers",
+    tag = tag::MEMBERS,
+    summary = "List a workspace's members",
+    params(
+        ("id" = String, Path, description = "The workspace's id or slug."),
+        ListQuery,
+    ),
+    responses(
+        (status = 200, description = "A page of members.", body = ListEnvelope),
+        (status = 400, description = "An invalid query.", body = ErrorBody),
+        (status = 404, description = "No such workspace.", body = ErrorBody),
+    )
+)]
 pub async fn list(
     State(app): State<AppState>,
     PathParams(ws): PathParams<String>,
@@ -119,6 +172,22 @@ pub async fn list(
 }
 
 /// `GET /admin/workspaces/{id}/users/{userId}`.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/workspaces/{id}/users/{user_id}",
+    operation_id = "getWorkspaceMember",
+    tag = tag::MEMBERS,
+    summary = "Get a workspace member",
+    params(
+        ("id" = String, Path, description = "The workspace's id or slug."),
+        ("user_id" = String, Path, description = "The user's id (a UUID)."),
+    ),
+    responses(
+        (status = 200, description = "The member.", body = Object),
+        (status = 400, description = "A malformed user id.", body = ErrorBody),
+        (status = 404, description = "No such workspace, or the user is not a member.", body = ErrorBody),
+    )
+)]
 pub async fn get(
     State(app): State<AppState>,
     PathParams((ws, user)): PathParams<(String, String)>,
@@ -129,6 +198,23 @@ pub async fn get(
 }
 
 /// `PUT /admin/workspaces/{id}/users/{userId}`: `role`.
+#[utoipa::path(
+    put,
+    path = "/v1/admin/workspaces/{id}/users/{user_id}",
+    operation_id = "updateWorkspaceMember",
+    tag = tag::MEMBERS,
+    summary = "Change a member's role",
+    params(
+        ("id" = String, Path, description = "The workspace's id or slug."),
+        ("user_id" = String, Path, description = "The user's id (a UUID)."),
+    ),
+    request_body = UpdateMember,
+    responses(
+        (status = 200, description = "Updated.", body = EmptyObject),
+        (status = 400, description = "A malformed user id or an invalid body.", body = ErrorBody),
+        (status = 404, description = "No such workspace, or the user is not a member.", body = ErrorBody),
+    )
+)]
 pub async fn update(
     State(app): State<AppState>,
     PathParams((ws, user)): PathParams<(String, String)>,
@@ -146,6 +232,23 @@ pub async fn update(
 
 /// `DELETE /admin/workspaces/{id}/users/{userId}`: the member's user keys in the workspace go
 /// too.
+#[utoipa::path(
+    delete,
+    path = "/v1/admin/workspaces/{id}/users/{user_id}",
+    operation_id = "deleteWorkspaceMember",
+    tag = tag::MEMBERS,
+    summary = "Remove a member",
+    description = "The member's user keys in the workspace go too.",
+    params(
+        ("id" = String, Path, description = "The workspace's id or slug."),
+        ("user_id" = String, Path, description = "The user's id (a UUID)."),
+    ),
+    responses(
+        (status = 200, description = "Removed.", body = EmptyObject),
+        (status = 400, description = "A malformed user id, or a body with fields.", body = ErrorBody),
+        (status = 404, description = "No such workspace, or the user is not a member.", body = ErrorBody),
+    )
+)]
 pub async fn delete(
     State(app): State<AppState>,
     PathParams((ws, user)): PathParams<(String, String)>,

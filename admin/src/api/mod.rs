@@ -12,17 +12,20 @@ mod integrations;
 mod invites;
 mod logs;
 mod members;
+pub mod openapi;
 mod policies;
 mod providers;
 mod settings;
 mod users;
 mod workspaces;
 
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::handler::Handler;
 use axum::http::{Method, Uri};
-use axum::routing::{get, post};
+use axum::routing::{on, MethodFilter, MethodRouter};
 use axum::{Json, Router};
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
@@ -47,164 +50,248 @@ pub struct AppState {
     pub store: Store,
 }
 
-/// The control plane's routes. The paths the gateway sends here are listed in
-/// [`crate::CONTROL_PLANE_PREFIXES`].
-pub fn router(store: Store) -> Router {
-    Router::new()
-        .route("/v1/api-keys", get(api_keys::list))
-        .route(
-            "/v1/api-keys/{id}",
-            get(api_keys::get)
-                .put(api_keys::update)
-                .delete(api_keys::delete),
-        )
+/// One route of the control plane: a method, the path as the router mounts it, and its handler.
+pub struct Route {
+    pub method: Method,
+    pub path: &'static str,
+    handler: MethodRouter<AppState>,
+}
+
+fn route<H, T>(method: Method, path: &'static str, handler: H) -> Route
+where
+    H: Handler<T, AppState>,
+    T: 'static,
+{
+    // The table uses GET, POST, PUT and DELETE, which all have a filter.
+    let filter = MethodFilter::try_from(method.clone())
+        .unwrap_or_else(|_| panic!("no method filter for {method} {path}"));
+    Route {
+        method,
+        path,
+        handler: on(filter, handler),
+    }
+}
+
+/// Every route of the control plane, in one table: [`router`] mounts exactly these, and the
+/// OpenAPI document ([`openapi::ApiDoc`]) describes each of them. A new route goes here, and
+/// its handler gets a `#[utoipa::path]` listed in `ApiDoc`; the control-plane tests compare
+/// this table with the document and fail on a route that is not documented.
+pub fn routes() -> Vec<Route> {
+    use Method as M;
+    vec![
+        route(M::GET, "/v1/openapi.json", openapi::serve),
+        route(M::GET, "/v1/api-keys", api_keys::list),
+        route(M::GET, "/v1/api-keys/{id}", api_keys::get),
+        route(M::PUT, "/v1/api-keys/{id}", api_keys::update),
+        route(M::DELETE, "/v1/api-keys/{id}", api_keys::delete),
         // `{type}/{sub-type}` to create, `{id}/rotate` to rotate: one pattern, as the router
         // wants one parameter name per position.
-        .route(
+        route(
+            M::POST,
             "/v1/api-keys/{id}/{action}",
-            post(api_keys::create_or_rotate),
-        )
-        .route(
-            "/v1/admin/workspaces",
-            post(workspaces::create).get(workspaces::list),
-        )
-        .route(
-            "/v1/admin/workspaces/{id}",
-            get(workspaces::get)
-                .put(workspaces::update)
-                .delete(workspaces::delete),
-        )
-        .route(
-            "/v1/admin/workspaces/{id}/users",
-            post(members::add).get(members::list),
-        )
-        .route(
+            api_keys::create_or_rotate,
+        ),
+        route(M::POST, "/v1/admin/workspaces", workspaces::create),
+        route(M::GET, "/v1/admin/workspaces", workspaces::list),
+        route(M::GET, "/v1/admin/workspaces/{id}", workspaces::get),
+        route(M::PUT, "/v1/admin/workspaces/{id}", workspaces::update),
+        route(M::DELETE, "/v1/admin/workspaces/{id}", workspaces::delete),
+        route(M::POST, "/v1/admin/workspaces/{id}/users", members::add),
+        route(M::GET, "/v1/admin/workspaces/{id}/users", members::list),
+        route(
+            M::GET,
             "/v1/admin/workspaces/{id}/users/{user_id}",
-            get(members::get)
-                .put(members::update)
-                .delete(members::delete),
-        )
-        .route(
+            members::get,
+        ),
+        route(
+            M::PUT,
+            "/v1/admin/workspaces/{id}/users/{user_id}",
+            members::update,
+        ),
+        route(
+            M::DELETE,
+            "/v1/admin/workspaces/{id}/users/{user_id}",
+            members::delete,
+        ),
+        route(
+            M::GET,
             "/v1/admin/workspaces/{id}/settings",
-            get(settings::get_workspace).put(settings::update_workspace),
-        )
-        .route(
-            "/v1/admin/settings",
-            get(settings::get_organisation).put(settings::update_organisation),
-        )
-        .route("/v1/admin/users", get(users::list))
-        .route(
-            "/v1/admin/users/{id}",
-            get(users::get).put(users::update).delete(users::delete),
-        )
-        .route(
-            "/v1/admin/users/invites",
-            post(invites::create).get(invites::list),
-        )
-        .route(
-            "/v1/admin/users/invites/{id}",
-            get(invites::get).delete(invites::delete),
-        )
-        .route("/v1/admin/users/invites/{id}/resend", post(invites::resend))
-        .route("/v1/admin/users/invites/{id}/accept", post(invites::accept))
-        .route(
-            "/v1/deployments",
-            post(deployments::create).get(deployments::list),
-        )
-        .route(
-            "/v1/deployments/{id}",
-            get(deployments::get)
-                .put(deployments::update)
-                .delete(deployments::delete),
-        )
-        .route("/v1/audit-logs", get(audit_logs::list))
-        .route("/v1/logs", get(logs::list).post(logs::insert))
-        .route(
-            "/v1/logs/exports",
-            post(logs::create_export).get(logs::list_exports),
-        )
-        .route(
-            "/v1/logs/exports/{id}",
-            get(logs::get_export).put(logs::update_export),
-        )
-        .route("/v1/logs/exports/{id}/start", post(logs::start_export))
-        .route("/v1/logs/exports/{id}/cancel", post(logs::cancel_export))
-        .route("/v1/logs/exports/{id}/download", get(logs::download_export))
-        .route("/v1/logs/{id}", get(logs::get))
-        .route("/v1/configs", post(configs::create).get(configs::list))
-        .route(
-            "/v1/configs/{slug}",
-            get(configs::get)
-                .put(configs::update)
-                .delete(configs::delete),
-        )
-        .route("/v1/configs/{slug}/versions", get(configs::versions))
-        .route(
-            "/v1/integrations",
-            post(integrations::create).get(integrations::list),
-        )
-        .route(
-            "/v1/integrations/{slug}",
-            get(integrations::get)
-                .put(integrations::update)
-                .delete(integrations::delete),
-        )
-        .route(
+            settings::get_workspace,
+        ),
+        route(
+            M::PUT,
+            "/v1/admin/workspaces/{id}/settings",
+            settings::update_workspace,
+        ),
+        route(M::GET, "/v1/admin/settings", settings::get_organisation),
+        route(M::PUT, "/v1/admin/settings", settings::update_organisation),
+        route(M::GET, "/v1/admin/users", users::list),
+        route(M::GET, "/v1/admin/users/{id}", users::get),
+        route(M::PUT, "/v1/admin/users/{id}", users::update),
+        route(M::DELETE, "/v1/admin/users/{id}", users::delete),
+        route(M::POST, "/v1/admin/users/invites", invites::create),
+        route(M::GET, "/v1/admin/users/invites", invites::list),
+        route(M::GET, "/v1/admin/users/invites/{id}", invites::get),
+        route(M::DELETE, "/v1/admin/users/invites/{id}", invites::delete),
+        route(
+            M::POST,
+            "/v1/admin/users/invites/{id}/resend",
+            invites::resend,
+        ),
+        route(
+            M::POST,
+            "/v1/admin/users/invites/{id}/accept",
+            invites::accept,
+        ),
+        route(M::POST, "/v1/deployments", deployments::create),
+        route(M::GET, "/v1/deployments", deployments::list),
+        route(M::GET, "/v1/deployments/{id}", deployments::get),
+        route(M::PUT, "/v1/deployments/{id}", deployments::update),
+        route(M::DELETE, "/v1/deployments/{id}", deployments::delete),
+        route(M::GET, "/v1/audit-logs", audit_logs::list),
+        route(M::GET, "/v1/logs", logs::list),
+        route(M::POST, "/v1/logs", logs::insert),
+        route(M::POST, "/v1/logs/exports", logs::create_export),
+        route(M::GET, "/v1/logs/exports", logs::list_exports),
+        route(M::GET, "/v1/logs/exports/{id}", logs::get_export),
+        route(M::PUT, "/v1/logs/exports/{id}", logs::update_export),
+        route(M::POST, "/v1/logs/exports/{id}/start", logs::start_export),
+        route(M::POST, "/v1/logs/exports/{id}/cancel", logs::cancel_export),
+        route(
+            M::GET,
+            "/v1/logs/exports/{id}/download",
+            logs::download_export,
+        ),
+        route(M::GET, "/v1/logs/{id}", logs::get),
+        route(M::POST, "/v1/configs", configs::create),
+        route(M::GET, "/v1/configs", configs::list),
+        route(M::GET, "/v1/configs/{slug}", configs::get),
+        route(M::PUT, "/v1/configs/{slug}", configs::update),
+        route(M::DELETE, "/v1/configs/{slug}", configs::delete),
+        route(M::GET, "/v1/configs/{slug}/versions", configs::versions),
+        route(M::POST, "/v1/integrations", integrations::create),
+        route(M::GET, "/v1/integrations", integrations::list),
+        route(M::GET, "/v1/integrations/{slug}", integrations::get),
+        route(M::PUT, "/v1/integrations/{slug}", integrations::update),
+        route(M::DELETE, "/v1/integrations/{slug}", integrations::delete),
+        route(
+            M::GET,
             "/v1/integrations/{slug}/workspaces",
-            get(integrations::workspaces).put(integrations::update_workspaces),
-        )
-        .route(
-            "/v1/providers",
-            post(providers::create).get(providers::list),
-        )
-        .route(
-            "/v1/providers/{slug}",
-            get(providers::get)
-                .put(providers::update)
-                .delete(providers::delete),
-        )
-        .route(
-            "/v1/virtual-keys",
-            post(providers::create_virtual_key).get(providers::list_virtual_keys),
-        )
-        .route(
+            integrations::workspaces,
+        ),
+        route(
+            M::PUT,
+            "/v1/integrations/{slug}/workspaces",
+            integrations::update_workspaces,
+        ),
+        route(M::POST, "/v1/providers", providers::create),
+        route(M::GET, "/v1/providers", providers::list),
+        route(M::GET, "/v1/providers/{slug}", providers::get),
+        route(M::PUT, "/v1/providers/{slug}", providers::update),
+        route(M::DELETE, "/v1/providers/{slug}", providers::delete),
+        route(M::POST, "/v1/virtual-keys", providers::create_virtual_key),
+        route(M::GET, "/v1/virtual-keys", providers::list_virtual_keys),
+        route(
+            M::GET,
             "/v1/virtual-keys/{slug}",
-            get(providers::get_virtual_key)
-                .put(providers::update_virtual_key)
-                .delete(providers::delete_virtual_key),
-        )
-        .route(
+            providers::get_virtual_key,
+        ),
+        route(
+            M::PUT,
+            "/v1/virtual-keys/{slug}",
+            providers::update_virtual_key,
+        ),
+        route(
+            M::DELETE,
+            "/v1/virtual-keys/{slug}",
+            providers::delete_virtual_key,
+        ),
+        route(
+            M::POST,
             "/v1/policies/rate-limits",
-            post(policies::create_rate_limits).get(policies::list_rate_limits),
-        )
-        .route(
+            policies::create_rate_limits,
+        ),
+        route(
+            M::GET,
+            "/v1/policies/rate-limits",
+            policies::list_rate_limits,
+        ),
+        route(
+            M::GET,
             "/v1/policies/rate-limits/{id}",
-            get(policies::get_rate_limits)
-                .put(policies::update_rate_limits)
-                .delete(policies::delete_rate_limits),
-        )
-        .route(
+            policies::get_rate_limits,
+        ),
+        route(
+            M::PUT,
+            "/v1/policies/rate-limits/{id}",
+            policies::update_rate_limits,
+        ),
+        route(
+            M::DELETE,
+            "/v1/policies/rate-limits/{id}",
+            policies::delete_rate_limits,
+        ),
+        route(
+            M::GET,
             "/v1/policies/rate-limits/{id}/entities",
-            get(policies::rate_limits_entities),
-        )
-        .route(
+            policies::rate_limits_entities,
+        ),
+        route(
+            M::POST,
             "/v1/policies/usage-limits",
-            post(policies::create_usage_limits).get(policies::list_usage_limits),
-        )
-        .route(
+            policies::create_usage_limits,
+        ),
+        route(
+            M::GET,
+            "/v1/policies/usage-limits",
+            policies::list_usage_limits,
+        ),
+        route(
+            M::GET,
             "/v1/policies/usage-limits/{id}",
-            get(policies::get_usage_limits)
-                .put(policies::update_usage_limits)
-                .delete(policies::delete_usage_limits),
-        )
-        .route(
+            policies::get_usage_limits,
+        ),
+        route(
+            M::PUT,
+            "/v1/policies/usage-limits/{id}",
+            policies::update_usage_limits,
+        ),
+        route(
+            M::DELETE,
+            "/v1/policies/usage-limits/{id}",
+            policies::delete_usage_limits,
+        ),
+        route(
+            M::GET,
             "/v1/policies/usage-limits/{id}/entities",
-            get(policies::usage_limits_entities),
-        )
-        .route(
+            policies::usage_limits_entities,
+        ),
+        route(
+            M::PUT,
             "/v1/policies/usage-limits/{id}/entities/{entity}/reset",
-            axum::routing::put(policies::reset_usage_limits_entity),
-        )
+            policies::reset_usage_limits_entity,
+        ),
+    ]
+}
+
+/// The control plane's routes: those of [`routes`]. The paths the gateway sends here are
+/// listed in [`crate::CONTROL_PLANE_PREFIXES`].
+pub fn router(store: Store) -> Router {
+    // One `MethodRouter` per path: the router refuses a path mounted twice.
+    let mut by_path: BTreeMap<&'static str, MethodRouter<AppState>> = BTreeMap::new();
+    for r in routes() {
+        let merged = match by_path.remove(r.path) {
+            // `merge` panics when both handle one method: a route listed twice.
+            Some(existing) => existing.merge(r.handler),
+            None => r.handler,
+        };
+        by_path.insert(r.path, merged);
+    }
+    by_path
+        .into_iter()
+        .fold(Router::new(), |router, (path, handler)| {
+            router.route(path, handler)
+        })
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(AppState { store })

@@ -9,7 +9,10 @@ use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use utoipa::openapi::schema::{AnyOfBuilder, ArrayBuilder, ObjectBuilder, OneOfBuilder, Type};
+use utoipa::{IntoParams, ToSchema};
 
+use super::openapi::{one_of, tag, Created, EmptyObject, ErrorBody, ListEnvelope};
 use super::{double_option, empty, list_envelope, AppState, Ctx, PathParams};
 use crate::authz::{self, Action, Op, Principal, Resource};
 use crate::error::{AdminError, Result};
@@ -40,7 +43,8 @@ const KEYS: &[&str] = &[
     "model",
 ];
 
-#[derive(Debug, Clone, Copy, Deserialize)]
+/// Which policies: active ones (the default) or archived ones.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 enum StatusQuery {
     Active,
@@ -56,91 +60,163 @@ impl StatusQuery {
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// Which requests a policy applies to: `key` has `value` (`*`: any), except the `excludes`.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = PolicyCondition)]
 struct ConditionInput {
+    #[schema(schema_with = key_schema)]
     key: String,
+    /// 1 to 255 characters; `*` for any value. For `api_key`, a key's id; for
+    /// `workspace_id`, the policy's own workspace (id or slug).
     value: String,
     /// A string or a list of strings.
     #[serde(default)]
+    #[schema(schema_with = excludes_schema)]
     excludes: Option<Value>,
 }
 
-#[derive(Debug, Deserialize)]
+/// What a policy keeps one counter per distinct value of.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = PolicyGroupBy)]
 struct GroupByInput {
+    #[schema(schema_with = key_schema)]
     key: String,
 }
 
-#[derive(Debug, Deserialize)]
+/// A condition or `group_by` key: one of [`KEYS`], or `metadata.<name>`.
+fn key_schema() -> AnyOfBuilder {
+    AnyOfBuilder::new()
+        .item(one_of(KEYS))
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some(r"^metadata\.\S{1,128}$")),
+        )
+        .description(Some(
+            "One of api_key, workspace_id, provider, virtual_key, config, model, or metadata.<name>.",
+        ))
+}
+
+/// `excludes`: a string or a list of strings.
+fn excludes_schema() -> OneOfBuilder {
+    let text = || ObjectBuilder::new().schema_type(Type::String);
+    OneOfBuilder::new()
+        .item(text())
+        .item(ArrayBuilder::new().items(text()))
+        .item(ObjectBuilder::new().schema_type(Type::Null))
+        .description(Some(
+            "Values the condition does not apply to: a string or a list of strings.",
+        ))
+}
+
+/// A new rate limits policy.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = CreateRateLimitsPolicy)]
 struct CreateRateLimits {
     #[serde(default)]
     name: Option<String>,
+    /// 1 to 32, each key once.
     conditions: Vec<ConditionInput>,
+    /// 1 to 32, each key once.
     group_by: Vec<GroupByInput>,
     #[serde(rename = "type")]
     kind: RateLimitType,
     unit: RateUnit,
+    /// A whole number from 0 (nothing gets through) to 10^15.
+    #[schema(minimum = 0, maximum = 1.0e15, multiple_of = 1)]
     value: f64,
+    /// The workspace (id or slug) the policy belongs to; default: the calling workspace key's
+    /// (an admin key must name one).
     #[serde(default)]
     workspace_id: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The fields to change; absent fields are kept.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = UpdateRateLimitsPolicy)]
 struct UpdateRateLimits {
     #[serde(default)]
     name: Option<String>,
     #[serde(default)]
     unit: Option<RateUnit>,
+    /// A whole number from 0 to 10^15.
     #[serde(default)]
+    #[schema(minimum = 0, maximum = 1.0e15, multiple_of = 1)]
     value: Option<f64>,
     /// Refused: a policy is archived with `DELETE`, never through an update.
     #[serde(default, deserialize_with = "double_option")]
+    #[schema(read_only)]
     status: Option<Option<Value>>,
 }
 
-#[derive(Debug, Deserialize)]
+/// A new usage limits policy.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = CreateUsageLimitsPolicy)]
 struct CreateUsageLimits {
     #[serde(default)]
     name: Option<String>,
+    /// 1 to 32, each key once.
     conditions: Vec<ConditionInput>,
+    /// 1 to 32, each key once.
     group_by: Vec<GroupByInput>,
     #[serde(rename = "type")]
     kind: UsageType,
+    /// Dollars (`cost`) or tokens (`tokens`), at least 0.
+    #[schema(minimum = 0)]
     credit_limit: f64,
+    /// At least 0 and below `credit_limit`.
     #[serde(default)]
+    #[schema(minimum = 0)]
     alert_threshold: Option<f64>,
     #[serde(default)]
     periodic_reset: Option<PeriodicReset>,
+    /// 1 to 365; not with `periodic_reset`.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 365)]
     periodic_reset_days: Option<i64>,
+    /// RFC 3339, in the future.
     #[serde(default)]
+    #[schema(format = DateTime)]
     next_usage_reset_at: Option<String>,
+    /// The workspace (id or slug) the policy belongs to; default: the calling workspace key's
+    /// (an admin key must name one).
     #[serde(default)]
     workspace_id: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The fields to change; absent fields are kept, `null` clears the optional ones.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = UpdateUsageLimitsPolicy)]
 struct UpdateUsageLimits {
     #[serde(default)]
     name: Option<String>,
     #[serde(default)]
+    #[schema(minimum = 0)]
     credit_limit: Option<f64>,
     #[serde(default, deserialize_with = "double_option")]
+    #[schema(minimum = 0)]
     alert_threshold: Option<Option<f64>>,
     #[serde(default, deserialize_with = "double_option")]
     periodic_reset: Option<Option<PeriodicReset>>,
     #[serde(default, deserialize_with = "double_option")]
+    #[schema(minimum = 1, maximum = 365)]
     periodic_reset_days: Option<Option<i64>>,
+    /// RFC 3339, in the future.
     #[serde(default, deserialize_with = "double_option")]
+    #[schema(format = DateTime)]
     next_usage_reset_at: Option<Option<String>>,
+    /// Sets the usage of the entity with this value key back to zero.
     #[serde(default)]
     reset_usage_for_value: Option<String>,
+    /// Refused: a policy is archived with `DELETE`, never through an update.
     #[serde(default, deserialize_with = "double_option")]
+    #[schema(read_only)]
     status: Option<Option<Value>>,
 }
 
@@ -148,86 +224,137 @@ struct UpdateUsageLimits {
 #[serde(deny_unknown_fields)]
 struct NoBody {}
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct GetQuery {
+    /// Default `active`.
     #[serde(default)]
+    #[param(inline)]
     status: Option<StatusQuery>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct GetUsageQuery {
+    /// Default `active`.
     #[serde(default)]
+    #[param(inline)]
     status: Option<StatusQuery>,
+    /// With `value_key_usage_map`: the usage of each entity.
     #[serde(default)]
     include_usage: Option<bool>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct ListRateQuery {
+    /// A workspace id or slug; a workspace key lists its own workspace's.
     #[serde(default)]
     workspace_id: Option<String>,
+    /// Default `active`.
     #[serde(default)]
+    #[param(inline)]
     status: Option<StatusQuery>,
     #[serde(default, rename = "type")]
+    #[param(inline)]
     kind: Option<RateLimitType>,
     #[serde(default)]
+    #[param(inline)]
     unit: Option<RateUnit>,
+    /// Items per page: 0 to 100, default 50.
     #[serde(default)]
+    #[param(minimum = 0, maximum = 100)]
     page_size: Option<i64>,
+    /// The page, from 0.
     #[serde(default)]
+    #[param(minimum = 0)]
     current_page: Option<i64>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct ListUsageQuery {
+    /// A workspace id or slug; a workspace key lists its own workspace's.
     #[serde(default)]
     workspace_id: Option<String>,
+    /// Default `active`.
     #[serde(default)]
+    #[param(inline)]
     status: Option<StatusQuery>,
     #[serde(default, rename = "type")]
+    #[param(inline)]
     kind: Option<UsageType>,
+    /// Items per page: 0 to 100, default 50.
     #[serde(default)]
+    #[param(minimum = 0, maximum = 100)]
     page_size: Option<i64>,
+    /// The page, from 0.
     #[serde(default)]
+    #[param(minimum = 0)]
     current_page: Option<i64>,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 enum EntityStatus {
     Active,
     Exhausted,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct EntitiesQuery {
     #[serde(default)]
+    #[param(inline)]
     status: Option<EntityStatus>,
+    /// Part of the value key.
     #[serde(default)]
     search: Option<String>,
+    /// Items per page: 0 to 100, default 50.
     #[serde(default)]
+    #[param(minimum = 0, maximum = 100)]
     page_size: Option<i64>,
+    /// The page, from 0.
     #[serde(default)]
+    #[param(minimum = 0)]
     current_page: Option<i64>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct PageQuery {
+    /// Items per page: 0 to 100, default 50.
     #[serde(default)]
+    #[param(minimum = 0, maximum = 100)]
     page_size: Option<i64>,
+    /// The page, from 0.
     #[serde(default)]
+    #[param(minimum = 0)]
     current_page: Option<i64>,
 }
 
 // ----- rate limits policies -----
 
 /// `POST /policies/rate-limits`.
+#[utoipa::path(
+    post,
+    path = "/v1/policies/rate-limits",
+    operation_id = "createRateLimitsPolicy",
+    tag = tag::RATE_LIMITS,
+    summary = "Create a rate limits policy",
+    request_body = CreateRateLimits,
+    responses(
+        (status = 200, description = "The new policy (`object`: `policy_rate_limits`).", body = Created),
+        (status = 400, description = "An invalid body.", body = ErrorBody),
+        (status = 404, description = "No workspace, or no API key, named in the body (AB02).", body = ErrorBody),
+    )
+)]
 pub async fn create_rate_limits(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
     let body: CreateRateLimits = ctx.json()?;
     let name = optional_name(body.name)?;
@@ -259,6 +386,22 @@ pub async fn create_rate_limits(State(app): State<AppState>, ctx: Ctx) -> Result
 }
 
 /// `GET /policies/rate-limits/{id}?status=active|archived` (default active).
+#[utoipa::path(
+    get,
+    path = "/v1/policies/rate-limits/{id}",
+    operation_id = "getRateLimitsPolicy",
+    tag = tag::RATE_LIMITS,
+    summary = "Get a rate limits policy",
+    params(
+        ("id" = String, Path, description = "The policy's id (a UUID)."),
+        GetQuery,
+    ),
+    responses(
+        (status = 200, description = "The policy.", body = Object),
+        (status = 400, description = "A malformed id or an invalid query.", body = ErrorBody),
+        (status = 404, description = "No such policy with this status.", body = ErrorBody),
+    )
+)]
 pub async fn get_rate_limits(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,
@@ -271,6 +414,19 @@ pub async fn get_rate_limits(
 }
 
 /// `GET /policies/rate-limits`.
+#[utoipa::path(
+    get,
+    path = "/v1/policies/rate-limits",
+    operation_id = "listRateLimitsPolicies",
+    tag = tag::RATE_LIMITS,
+    summary = "List rate limits policies",
+    params(ListRateQuery),
+    responses(
+        (status = 200, description = "A page of policies.", body = ListEnvelope),
+        (status = 400, description = "An invalid query.", body = ErrorBody),
+        (status = 404, description = "No workspace `workspace_id` (AB02).", body = ErrorBody),
+    )
+)]
 pub async fn list_rate_limits(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
     let q: ListRateQuery = ctx.query()?;
     let page = Page::new(q.page_size, q.current_page)?;
@@ -293,6 +449,22 @@ pub async fn list_rate_limits(State(app): State<AppState>, ctx: Ctx) -> Result<J
 }
 
 /// `PUT /policies/rate-limits/{id}`: `name`, `unit`, `value`; a `status` is refused.
+#[utoipa::path(
+    put,
+    path = "/v1/policies/rate-limits/{id}",
+    operation_id = "updateRateLimitsPolicy",
+    tag = tag::RATE_LIMITS,
+    summary = "Update a rate limits policy",
+    params(
+        ("id" = String, Path, description = "The policy's id (a UUID)."),
+    ),
+    request_body = UpdateRateLimits,
+    responses(
+        (status = 200, description = "Updated.", body = EmptyObject),
+        (status = 400, description = "A malformed id or an invalid body.", body = ErrorBody),
+        (status = 404, description = "No such active policy.", body = ErrorBody),
+    )
+)]
 pub async fn update_rate_limits(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,
@@ -320,6 +492,21 @@ pub async fn update_rate_limits(
 }
 
 /// `DELETE /policies/rate-limits/{id}`: archives the policy.
+#[utoipa::path(
+    delete,
+    path = "/v1/policies/rate-limits/{id}",
+    operation_id = "deleteRateLimitsPolicy",
+    tag = tag::RATE_LIMITS,
+    summary = "Archive a rate limits policy",
+    params(
+        ("id" = String, Path, description = "The policy's id (a UUID)."),
+    ),
+    responses(
+        (status = 200, description = "Archived.", body = EmptyObject),
+        (status = 400, description = "A malformed id, or a body with fields.", body = ErrorBody),
+        (status = 404, description = "No such active policy.", body = ErrorBody),
+    )
+)]
 pub async fn delete_rate_limits(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,
@@ -343,6 +530,23 @@ pub async fn delete_rate_limits(
 /// `GET /policies/rate-limits/{id}/entities`: the entities the policy's conditions name (API
 /// keys and workspaces resolved to their names), of an active or archived policy. A rate limit
 /// keeps no stored counters, so these are what the policy is tied to, not what it has counted.
+#[utoipa::path(
+    get,
+    path = "/v1/policies/rate-limits/{id}/entities",
+    operation_id = "listRateLimitsPolicyEntities",
+    tag = tag::RATE_LIMITS,
+    summary = "List the entities of a rate limits policy",
+    description = "The entities the policy's conditions name (API keys and workspaces with their names), of an active or archived policy.",
+    params(
+        ("id" = String, Path, description = "The policy's id (a UUID)."),
+        PageQuery,
+    ),
+    responses(
+        (status = 200, description = "A page of entities.", body = ListEnvelope),
+        (status = 400, description = "A malformed id or an invalid query.", body = ErrorBody),
+        (status = 404, description = "No such policy.", body = ErrorBody),
+    )
+)]
 pub async fn rate_limits_entities(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,
@@ -368,6 +572,19 @@ pub async fn rate_limits_entities(
 // ----- usage limits policies -----
 
 /// `POST /policies/usage-limits`.
+#[utoipa::path(
+    post,
+    path = "/v1/policies/usage-limits",
+    operation_id = "createUsageLimitsPolicy",
+    tag = tag::USAGE_LIMITS,
+    summary = "Create a usage limits policy",
+    request_body = CreateUsageLimits,
+    responses(
+        (status = 200, description = "The new policy (`object`: `policy_usage_limits`).", body = Created),
+        (status = 400, description = "An invalid body.", body = ErrorBody),
+        (status = 404, description = "No workspace, or no API key, named in the body (AB02).", body = ErrorBody),
+    )
+)]
 pub async fn create_usage_limits(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
     let body: CreateUsageLimits = ctx.json()?;
     let name = optional_name(body.name)?;
@@ -430,6 +647,22 @@ pub async fn create_usage_limits(State(app): State<AppState>, ctx: Ctx) -> Resul
 }
 
 /// `GET /policies/usage-limits/{id}?status=...&include_usage=true`.
+#[utoipa::path(
+    get,
+    path = "/v1/policies/usage-limits/{id}",
+    operation_id = "getUsageLimitsPolicy",
+    tag = tag::USAGE_LIMITS,
+    summary = "Get a usage limits policy",
+    params(
+        ("id" = String, Path, description = "The policy's id (a UUID)."),
+        GetUsageQuery,
+    ),
+    responses(
+        (status = 200, description = "The policy.", body = Object),
+        (status = 400, description = "A malformed id or an invalid query.", body = ErrorBody),
+        (status = 404, description = "No such policy with this status.", body = ErrorBody),
+    )
+)]
 pub async fn get_usage_limits(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,
@@ -447,6 +680,19 @@ pub async fn get_usage_limits(
 }
 
 /// `GET /policies/usage-limits`.
+#[utoipa::path(
+    get,
+    path = "/v1/policies/usage-limits",
+    operation_id = "listUsageLimitsPolicies",
+    tag = tag::USAGE_LIMITS,
+    summary = "List usage limits policies",
+    params(ListUsageQuery),
+    responses(
+        (status = 200, description = "A page of policies.", body = ListEnvelope),
+        (status = 400, description = "An invalid query.", body = ErrorBody),
+        (status = 404, description = "No workspace `workspace_id` (AB02).", body = ErrorBody),
+    )
+)]
 pub async fn list_usage_limits(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
     let q: ListUsageQuery = ctx.query()?;
     let page = Page::new(q.page_size, q.current_page)?;
@@ -469,6 +715,22 @@ pub async fn list_usage_limits(State(app): State<AppState>, ctx: Ctx) -> Result<
 }
 
 /// `PUT /policies/usage-limits/{id}`.
+#[utoipa::path(
+    put,
+    path = "/v1/policies/usage-limits/{id}",
+    operation_id = "updateUsageLimitsPolicy",
+    tag = tag::USAGE_LIMITS,
+    summary = "Update a usage limits policy",
+    params(
+        ("id" = String, Path, description = "The policy's id (a UUID)."),
+    ),
+    request_body = UpdateUsageLimits,
+    responses(
+        (status = 200, description = "Updated.", body = EmptyObject),
+        (status = 400, description = "A malformed id or an invalid body.", body = ErrorBody),
+        (status = 404, description = "No such active policy.", body = ErrorBody),
+    )
+)]
 pub async fn update_usage_limits(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,
@@ -525,6 +787,21 @@ pub async fn update_usage_limits(
 }
 
 /// `DELETE /policies/usage-limits/{id}`: archives the policy.
+#[utoipa::path(
+    delete,
+    path = "/v1/policies/usage-limits/{id}",
+    operation_id = "deleteUsageLimitsPolicy",
+    tag = tag::USAGE_LIMITS,
+    summary = "Archive a usage limits policy",
+    params(
+        ("id" = String, Path, description = "The policy's id (a UUID)."),
+    ),
+    responses(
+        (status = 200, description = "Archived.", body = EmptyObject),
+        (status = 400, description = "A malformed id, or a body with fields.", body = ErrorBody),
+        (status = 404, description = "No such active policy.", body = ErrorBody),
+    )
+)]
 pub async fn delete_usage_limits(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,
@@ -547,6 +824,23 @@ pub async fn delete_usage_limits(
 
 /// `GET /policies/usage-limits/{id}/entities`: what the policy has counted, per value key;
 /// filters `status` (active|exhausted), `search` (part of the value key), paging.
+#[utoipa::path(
+    get,
+    path = "/v1/policies/usage-limits/{id}/entities",
+    operation_id = "listUsageLimitsPolicyEntities",
+    tag = tag::USAGE_LIMITS,
+    summary = "List the entities of a usage limits policy",
+    description = "What the policy has counted, per value key.",
+    params(
+        ("id" = String, Path, description = "The policy's id (a UUID)."),
+        EntitiesQuery,
+    ),
+    responses(
+        (status = 200, description = "A page of entities with their usage.", body = ListEnvelope),
+        (status = 400, description = "A malformed id or an invalid query.", body = ErrorBody),
+        (status = 404, description = "No such policy.", body = ErrorBody),
+    )
+)]
 pub async fn usage_limits_entities(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,
@@ -577,6 +871,23 @@ pub async fn usage_limits_entities(
 
 /// `PUT /policies/usage-limits/{id}/entities/{entityId}/reset`: the entity's usage back to zero
 /// (active again). `entityId` is the entity's id or its value key.
+#[utoipa::path(
+    put,
+    path = "/v1/policies/usage-limits/{id}/entities/{entity}/reset",
+    operation_id = "resetUsageLimitsPolicyEntity",
+    tag = tag::USAGE_LIMITS,
+    summary = "Reset an entity's usage",
+    description = "The entity's usage back to zero (active again).",
+    params(
+        ("id" = String, Path, description = "The policy's id (a UUID)."),
+        ("entity" = String, Path, description = "The entity's id or its value key."),
+    ),
+    responses(
+        (status = 200, description = "Reset.", body = EmptyObject),
+        (status = 400, description = "A malformed id, or a body with fields.", body = ErrorBody),
+        (status = 404, description = "No such active policy, or no such entity.", body = ErrorBody),
+    )
+)]
 pub async fn reset_usage_limits_entity(
     State(app): State<AppState>,
     PathParams((id, entity)): PathParams<(String, String)>,

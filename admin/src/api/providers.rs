@@ -9,9 +9,12 @@ use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use utoipa::{IntoParams, ToSchema};
 
 use super::configs::{list_workspace, target_workspace};
+use super::integrations::ai_provider_schema;
 use super::integrations::{ai_provider, check_slug, query_with_tags, secret, slug_base, tags};
+use super::openapi::{tag, CreatedWithSlug, EmptyObject, ErrorBody, ListEnvelope};
 use super::{double_option, empty, list_envelope, AppState, Ctx, PathParams};
 use crate::authz::{self, Action, Op, Principal, Resource};
 use crate::error::{AdminError, Result};
@@ -22,14 +25,21 @@ use crate::store::{
 use crate::time::{self, Timestamp};
 use crate::validate::{self, Page, RateLimit, UsageLimitsInput};
 
-#[derive(Debug, Deserialize)]
+/// A new provider: an integration made usable in a workspace, with its own limits.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateProvider {
+    /// 1 to 255 characters.
     name: String,
+    /// The integration (slug or id), enabled for the workspace.
     integration_id: String,
+    /// A workspace id or slug; default: the calling workspace key's, else the organisation's
+    /// `default` workspace.
     #[serde(default)]
     workspace_id: Option<String>,
+    /// 1 to 255 of `a-z A-Z 0-9 _ -`, not a UUID; default: made from the name.
     #[serde(default)]
+    #[schema(pattern = "^[a-zA-Z0-9_-]+$")]
     slug: Option<String>,
     #[serde(default)]
     note: Option<String>,
@@ -37,13 +47,17 @@ struct CreateProvider {
     usage_limits: Option<UsageLimitsInput>,
     #[serde(default)]
     rate_limits: Option<Vec<RateLimit>>,
+    /// RFC 3339, in the future.
     #[serde(default)]
+    #[schema(format = DateTime)]
     expires_at: Option<String>,
+    /// At most 50; names 1 to 100 of `a-z A-Z 0-9 _ - . :`, values at most 255 characters.
     #[serde(default)]
     tags: Option<BTreeMap<String, String>>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The fields to change; absent fields are kept, `null` clears the optional ones.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct UpdateProvider {
     #[serde(default)]
@@ -54,15 +68,18 @@ struct UpdateProvider {
     usage_limits: Option<Option<UsageLimitsInput>>,
     #[serde(default)]
     rate_limits: Option<Vec<RateLimit>>,
+    /// RFC 3339, in the future; `null`: never.
     #[serde(default, deserialize_with = "double_option")]
+    #[schema(format = DateTime)]
     expires_at: Option<Option<String>>,
     #[serde(default)]
     tags: Option<BTreeMap<String, String>>,
+    /// `true` sets the provider's usage back to zero.
     #[serde(default)]
     reset_usage: Option<bool>,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 enum Status {
     Active,
@@ -70,47 +87,68 @@ enum Status {
     Expired,
 }
 
-#[derive(Debug, Deserialize)]
+/// The named parameters of the list; `tags[name]=value` filters are read beside them.
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
+    /// Items per page: 0 to 100, default 50.
     #[serde(default)]
+    #[param(minimum = 0, maximum = 100)]
     page_size: Option<i64>,
+    /// The page, from 0.
     #[serde(default)]
+    #[param(minimum = 0)]
     current_page: Option<i64>,
+    /// A workspace id or slug; a workspace key lists its own workspace's.
     #[serde(default)]
     workspace_id: Option<String>,
+    /// Only those of this integration (slug or id).
     #[serde(default)]
     integration_id: Option<String>,
     #[serde(default)]
+    #[param(inline)]
     status: Option<Status>,
 }
 
-#[derive(Debug, Deserialize)]
+/// A new virtual key: an integration of the workspace holding the secret, and its provider.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateVirtualKey {
+    /// 1 to 255 characters.
     name: String,
+    #[schema(schema_with = ai_provider_schema)]
     provider: String,
+    /// The provider's secret; stored encrypted, shown masked.
     #[serde(default)]
     key: Option<String>,
     #[serde(default)]
     note: Option<String>,
+    /// A workspace id or slug; default: the calling workspace key's, else the organisation's
+    /// `default` workspace.
     #[serde(default)]
     workspace_id: Option<String>,
+    /// 1 to 255 of `a-z A-Z 0-9 _ -`, not a UUID; default: made from the name.
     #[serde(default)]
+    #[schema(pattern = "^[a-zA-Z0-9_-]+$")]
     slug: Option<String>,
     #[serde(default)]
     usage_limits: Option<UsageLimitsInput>,
     #[serde(default)]
     rate_limits: Option<Vec<RateLimit>>,
+    /// RFC 3339, in the future.
     #[serde(default)]
+    #[schema(format = DateTime)]
     expires_at: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The fields to change; absent fields are kept, `null` clears the optional ones.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct UpdateVirtualKey {
     #[serde(default)]
     name: Option<String>,
+    /// A new secret (only for a virtual key made with `POST /v1/virtual-keys`).
     #[serde(default)]
     key: Option<String>,
     #[serde(default, deserialize_with = "double_option")]
@@ -119,8 +157,11 @@ struct UpdateVirtualKey {
     usage_limits: Option<Option<UsageLimitsInput>>,
     #[serde(default)]
     rate_limits: Option<Vec<RateLimit>>,
+    /// RFC 3339, in the future; `null`: never.
     #[serde(default, deserialize_with = "double_option")]
+    #[schema(format = DateTime)]
     expires_at: Option<Option<String>>,
+    /// `true` sets the usage back to zero.
     #[serde(default)]
     reset_usage: Option<bool>,
 }
@@ -149,6 +190,20 @@ impl Kind {
 }
 
 /// `POST /providers` -> `{id, slug}`.
+#[utoipa::path(
+    post,
+    path = "/v1/providers",
+    operation_id = "createProvider",
+    tag = tag::PROVIDERS,
+    summary = "Create a provider",
+    request_body = CreateProvider,
+    responses(
+        (status = 200, description = "The new provider (`object`: `provider`).", body = CreatedWithSlug),
+        (status = 400, description = "An invalid body.", body = ErrorBody),
+        (status = 404, description = "No such workspace, or no integration enabled for it (AB02).", body = ErrorBody),
+        (status = 409, description = "The slug is taken.", body = ErrorBody),
+    )
+)]
 pub async fn create(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
     let body: CreateProvider = ctx.json()?;
     let p = &ctx.principal;
@@ -214,11 +269,41 @@ pub async fn create(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>
 }
 
 /// `GET /providers`: filters `workspace_id`, `integration_id`, `status`, `tags[name]=value`.
+#[utoipa::path(
+    get,
+    path = "/v1/providers",
+    operation_id = "listProviders",
+    tag = tag::PROVIDERS,
+    summary = "List providers",
+    params(
+        ListQuery,
+        ("tags" = Option<BTreeMap<String, String>>, Query, style = DeepObject, explode, description = "`tags[name]=value`: only those with each tag."),
+    ),
+    responses(
+        (status = 200, description = "A page of providers.", body = ListEnvelope),
+        (status = 400, description = "An invalid query.", body = ErrorBody),
+        (status = 404, description = "No workspace `workspace_id`, or no integration `integration_id` (AB02).", body = ErrorBody),
+    )
+)]
 pub async fn list(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
     list_as(&app.store, &ctx, Kind::Provider).await
 }
 
 /// `GET /providers/{slug}`.
+#[utoipa::path(
+    get,
+    path = "/v1/providers/{slug}",
+    operation_id = "getProvider",
+    tag = tag::PROVIDERS,
+    summary = "Get a provider",
+    params(
+        ("slug" = String, Path, description = "The provider's slug or id."),
+    ),
+    responses(
+        (status = 200, description = "The provider.", body = Object),
+        (status = 404, description = "No such provider.", body = ErrorBody),
+    )
+)]
 pub async fn get(
     State(app): State<AppState>,
     PathParams(slug): PathParams<String>,
@@ -229,6 +314,22 @@ pub async fn get(
 }
 
 /// `PUT /providers/{slug}`.
+#[utoipa::path(
+    put,
+    path = "/v1/providers/{slug}",
+    operation_id = "updateProvider",
+    tag = tag::PROVIDERS,
+    summary = "Update a provider",
+    params(
+        ("slug" = String, Path, description = "The provider's slug or id."),
+    ),
+    request_body = UpdateProvider,
+    responses(
+        (status = 200, description = "Updated.", body = EmptyObject),
+        (status = 400, description = "An invalid body.", body = ErrorBody),
+        (status = 404, description = "No such provider.", body = ErrorBody),
+    )
+)]
 pub async fn update(
     State(app): State<AppState>,
     PathParams(slug): PathParams<String>,
@@ -262,6 +363,20 @@ pub async fn update(
 }
 
 /// `DELETE /providers/{slug}`.
+#[utoipa::path(
+    delete,
+    path = "/v1/providers/{slug}",
+    operation_id = "deleteProvider",
+    tag = tag::PROVIDERS,
+    summary = "Delete a provider",
+    params(
+        ("slug" = String, Path, description = "The provider's slug or id."),
+    ),
+    responses(
+        (status = 200, description = "Deleted.", body = EmptyObject),
+        (status = 404, description = "No such provider.", body = ErrorBody),
+    )
+)]
 pub async fn delete(
     State(app): State<AppState>,
     PathParams(slug): PathParams<String>,
@@ -281,6 +396,21 @@ pub async fn delete(
 
 /// `POST /virtual-keys` -> `{id, slug}`: an integration of the workspace holding the key, and
 /// its provider.
+#[utoipa::path(
+    post,
+    path = "/v1/virtual-keys",
+    operation_id = "createVirtualKey",
+    tag = tag::VIRTUAL_KEYS,
+    summary = "Create a virtual key",
+    description = "An integration of the workspace holding the secret, and its provider.",
+    request_body = CreateVirtualKey,
+    responses(
+        (status = 200, description = "The new virtual key (`object`: `virtual-key`).", body = CreatedWithSlug),
+        (status = 400, description = "An invalid body.", body = ErrorBody),
+        (status = 404, description = "No workspace `workspace_id` (AB02).", body = ErrorBody),
+        (status = 409, description = "The slug is taken.", body = ErrorBody),
+    )
+)]
 pub async fn create_virtual_key(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
     let body: CreateVirtualKey = ctx.json()?;
     let p = &ctx.principal;
@@ -345,11 +475,42 @@ pub async fn create_virtual_key(State(app): State<AppState>, ctx: Ctx) -> Result
 }
 
 /// `GET /virtual-keys`: the providers, in the legacy shape.
+#[utoipa::path(
+    get,
+    path = "/v1/virtual-keys",
+    operation_id = "listVirtualKeys",
+    tag = tag::VIRTUAL_KEYS,
+    summary = "List virtual keys",
+    params(
+        ListQuery,
+        ("tags" = Option<BTreeMap<String, String>>, Query, style = DeepObject, explode, description = "`tags[name]=value`: only those with each tag."),
+    ),
+    description = "The providers, in the legacy shape.",
+    responses(
+        (status = 200, description = "A page of virtual keys.", body = ListEnvelope),
+        (status = 400, description = "An invalid query.", body = ErrorBody),
+        (status = 404, description = "No workspace `workspace_id`, or no integration `integration_id` (AB02).", body = ErrorBody),
+    )
+)]
 pub async fn list_virtual_keys(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
     list_as(&app.store, &ctx, Kind::VirtualKey).await
 }
 
 /// `GET /virtual-keys/{slug}`.
+#[utoipa::path(
+    get,
+    path = "/v1/virtual-keys/{slug}",
+    operation_id = "getVirtualKey",
+    tag = tag::VIRTUAL_KEYS,
+    summary = "Get a virtual key",
+    params(
+        ("slug" = String, Path, description = "The virtual key's (provider's) slug or id."),
+    ),
+    responses(
+        (status = 200, description = "The virtual key.", body = Object),
+        (status = 404, description = "No such virtual key.", body = ErrorBody),
+    )
+)]
 pub async fn get_virtual_key(
     State(app): State<AppState>,
     PathParams(slug): PathParams<String>,
@@ -368,6 +529,23 @@ pub async fn get_virtual_key(
 
 /// `PUT /virtual-keys/{slug}`: the provider's fields, and `key`, which replaces the secret of
 /// its integration.
+#[utoipa::path(
+    put,
+    path = "/v1/virtual-keys/{slug}",
+    operation_id = "updateVirtualKey",
+    tag = tag::VIRTUAL_KEYS,
+    summary = "Update a virtual key",
+    description = "The provider's fields, and `key`, which replaces the secret of its integration.",
+    params(
+        ("slug" = String, Path, description = "The virtual key's (provider's) slug or id."),
+    ),
+    request_body = UpdateVirtualKey,
+    responses(
+        (status = 200, description = "Updated.", body = EmptyObject),
+        (status = 400, description = "An invalid body, or a `key` for a provider of a shared integration.", body = ErrorBody),
+        (status = 404, description = "No such virtual key.", body = ErrorBody),
+    )
+)]
 pub async fn update_virtual_key(
     State(app): State<AppState>,
     PathParams(slug): PathParams<String>,
@@ -412,6 +590,21 @@ pub async fn update_virtual_key(
 }
 
 /// `DELETE /virtual-keys/{slug}`: the provider, and the integration made for it.
+#[utoipa::path(
+    delete,
+    path = "/v1/virtual-keys/{slug}",
+    operation_id = "deleteVirtualKey",
+    tag = tag::VIRTUAL_KEYS,
+    summary = "Delete a virtual key",
+    description = "The provider, and the integration made for it.",
+    params(
+        ("slug" = String, Path, description = "The virtual key's (provider's) slug or id."),
+    ),
+    responses(
+        (status = 200, description = "Deleted.", body = EmptyObject),
+        (status = 404, description = "No such virtual key.", body = ErrorBody),
+    )
+)]
 pub async fn delete_virtual_key(
     State(app): State<AppState>,
     PathParams(slug): PathParams<String>,

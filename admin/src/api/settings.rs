@@ -8,7 +8,9 @@ use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
+use utoipa::ToSchema;
 
+use super::openapi::{tag, EmptyObject, ErrorBody};
 use super::{double_option, empty, AppState, Ctx, PathParams};
 use crate::authz::{self, AccessSettings, Action, Op, Resource};
 use crate::error::{AdminError, Result};
@@ -45,57 +47,77 @@ fn override_slot<'a>(w: &'a mut WorkspaceSettings, name: &str) -> &'a mut Option
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// The organisation's settings to change; absent fields are kept.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = UpdateOrganisationSettings)]
 struct UpdateOrganisation {
+    /// Days a new key lives without `expires_at`: 1 to 3650, at most the maximum; `null`:
+    /// never (only without a maximum).
     #[serde(default, deserialize_with = "double_option")]
+    #[schema(minimum = 1, maximum = 3650)]
     api_key_default_expiry_days: Option<Option<i64>>,
+    /// The longest a key may live, in days: 1 to 3650; `null`: no maximum.
     #[serde(default, deserialize_with = "double_option")]
+    #[schema(minimum = 1, maximum = 3650)]
     api_key_max_expiry_days: Option<Option<i64>>,
+    /// The most user keys a user may have in one workspace: 1 to 10000; `null`: no maximum.
     #[serde(default, deserialize_with = "double_option")]
+    #[schema(minimum = 1, maximum = 10000)]
     user_api_keys_per_workspace_max: Option<Option<i64>>,
     #[serde(
         default,
         rename = "membersViewPrompts",
         deserialize_with = "double_option"
     )]
+    #[schema(value_type = bool)]
     members_view_prompts: Option<Option<bool>>,
     #[serde(
         default,
         rename = "membersWritePrompts",
         deserialize_with = "double_option"
     )]
+    #[schema(value_type = bool)]
     members_write_prompts: Option<Option<bool>>,
     #[serde(
         default,
         rename = "managersViewPrompts",
         deserialize_with = "double_option"
     )]
+    #[schema(value_type = bool)]
     managers_view_prompts: Option<Option<bool>>,
     #[serde(
         default,
         rename = "managersWritePrompts",
         deserialize_with = "double_option"
     )]
+    #[schema(value_type = bool)]
     managers_write_prompts: Option<Option<bool>>,
     #[serde(
         default,
         rename = "membersViewAnalytics",
         deserialize_with = "double_option"
     )]
+    #[schema(value_type = bool)]
     members_view_analytics: Option<Option<bool>>,
     #[serde(
         default,
         rename = "managersViewAnalytics",
         deserialize_with = "double_option"
     )]
+    #[schema(value_type = bool)]
     managers_view_analytics: Option<Option<bool>>,
 }
 
-#[derive(Debug, Deserialize)]
+/// A workspace's overrides to change: a value sets one, `null` removes it (the
+/// organisation's value applies again); absent fields are kept.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = UpdateWorkspaceSettings)]
 struct UpdateWorkspace {
+    /// 1 to 10000.
     #[serde(default, deserialize_with = "double_option")]
+    #[schema(minimum = 1, maximum = 10000)]
     user_api_keys_per_workspace_max: Option<Option<i64>>,
     #[serde(
         default,
@@ -150,6 +172,16 @@ macro_rules! access_fields {
 }
 
 /// `GET /admin/settings`.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/settings",
+    operation_id = "getOrganisationSettings",
+    tag = tag::SETTINGS,
+    summary = "Get the organisation's settings",
+    responses(
+        (status = 200, description = "The settings.", body = Object),
+    )
+)]
 pub async fn get_organisation(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
     let p = &ctx.principal;
     authz::allowed(
@@ -162,6 +194,18 @@ pub async fn get_organisation(State(app): State<AppState>, ctx: Ctx) -> Result<J
 }
 
 /// `PUT /admin/settings`: the fields given change, the others stay.
+#[utoipa::path(
+    put,
+    path = "/v1/admin/settings",
+    operation_id = "updateOrganisationSettings",
+    tag = tag::SETTINGS,
+    summary = "Update the organisation's settings",
+    request_body = UpdateOrganisation,
+    responses(
+        (status = 200, description = "Updated.", body = EmptyObject),
+        (status = 400, description = "An invalid body, or settings out of range.", body = ErrorBody),
+    )
+)]
 pub async fn update_organisation(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
     let body: UpdateOrganisation = ctx.json()?;
     authz::allowed(
@@ -202,6 +246,21 @@ pub async fn update_organisation(State(app): State<AppState>, ctx: Ctx) -> Resul
 
 /// `GET /admin/workspaces/{id}/settings`: the settings in force (override, else the
 /// organisation's value) and the overrides themselves.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/workspaces/{id}/settings",
+    operation_id = "getWorkspaceSettings",
+    tag = tag::SETTINGS,
+    summary = "Get a workspace's settings",
+    description = "The settings in force (the override, else the organisation's value) and the overrides themselves.",
+    params(
+        ("id" = String, Path, description = "The workspace's id or slug."),
+    ),
+    responses(
+        (status = 200, description = "The settings.", body = Object),
+        (status = 404, description = "No such workspace.", body = ErrorBody),
+    )
+)]
 pub async fn get_workspace(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,
@@ -217,6 +276,22 @@ pub async fn get_workspace(
 }
 
 /// `PUT /admin/workspaces/{id}/settings`: the fields given set an override; `null` removes it.
+#[utoipa::path(
+    put,
+    path = "/v1/admin/workspaces/{id}/settings",
+    operation_id = "updateWorkspaceSettings",
+    tag = tag::SETTINGS,
+    summary = "Update a workspace's overrides",
+    params(
+        ("id" = String, Path, description = "The workspace's id or slug."),
+    ),
+    request_body = UpdateWorkspace,
+    responses(
+        (status = 200, description = "Updated.", body = EmptyObject),
+        (status = 400, description = "An invalid body.", body = ErrorBody),
+        (status = 404, description = "No such workspace.", body = ErrorBody),
+    )
+)]
 pub async fn update_workspace(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,

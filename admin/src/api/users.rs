@@ -5,7 +5,9 @@ use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
 
+use super::openapi::{tag, EmptyObject, ErrorBody, ListEnvelope};
 use super::{empty, list_envelope, AppState, Ctx, PathParams};
 use crate::authz::{self, Action, Op, OrgRole, Resource};
 use crate::error::{AdminError, Result};
@@ -15,7 +17,7 @@ use crate::validate::{self, Page};
 /// The longest e-mail address (and e-mail filter).
 pub(super) const MAX_EMAIL: usize = 320;
 
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 enum RoleFilter {
     Owner,
@@ -24,8 +26,9 @@ enum RoleFilter {
 }
 
 /// A role a user can be given: the owner is made once, by the first start.
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
+#[schema(as = OrganisationRole)]
 pub(super) enum GivenRole {
     Admin,
     Member,
@@ -40,20 +43,28 @@ impl GivenRole {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
+    /// Items per page: 0 to 100, default 50.
     #[serde(default)]
+    #[param(minimum = 0, maximum = 100)]
     page_size: Option<i64>,
+    /// The page, from 0.
     #[serde(default)]
+    #[param(minimum = 0)]
     current_page: Option<i64>,
     #[serde(default)]
+    #[param(inline)]
     role: Option<RoleFilter>,
+    /// Any part of the address, any case.
     #[serde(default)]
     email: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// A user's new role.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct UpdateUser {
     role: GivenRole,
@@ -80,6 +91,18 @@ pub(super) fn email_filter(email: Option<String>) -> Result<Option<String>> {
 }
 
 /// `GET /admin/users`: `pageSize`, `currentPage`, `role`, `email` (any part, any case).
+#[utoipa::path(
+    get,
+    path = "/v1/admin/users",
+    operation_id = "listUsers",
+    tag = tag::USERS,
+    summary = "List users",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "A page of users.", body = ListEnvelope),
+        (status = 400, description = "An invalid query.", body = ErrorBody),
+    )
+)]
 pub async fn list(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
     let q: ListQuery = ctx.query()?;
     let page = camel_page(q.page_size, q.current_page)?;
@@ -107,6 +130,21 @@ pub async fn list(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> 
 }
 
 /// `GET /admin/users/{userId}`.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/users/{id}",
+    operation_id = "getUser",
+    tag = tag::USERS,
+    summary = "Get a user",
+    params(
+        ("id" = String, Path, description = "The user's id (a UUID)."),
+    ),
+    responses(
+        (status = 200, description = "The user.", body = Object),
+        (status = 400, description = "A malformed id.", body = ErrorBody),
+        (status = 404, description = "No such user.", body = ErrorBody),
+    )
+)]
 pub async fn get(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,
@@ -117,6 +155,23 @@ pub async fn get(
 }
 
 /// `PUT /admin/users/{userId}`: `role` admin or member.
+#[utoipa::path(
+    put,
+    path = "/v1/admin/users/{id}",
+    operation_id = "updateUser",
+    tag = tag::USERS,
+    summary = "Change a user's role",
+    params(
+        ("id" = String, Path, description = "The user's id (a UUID)."),
+    ),
+    request_body = UpdateUser,
+    responses(
+        (status = 200, description = "Updated.", body = EmptyObject),
+        (status = 400, description = "A malformed id or an invalid body.", body = ErrorBody),
+        (status = 403, description = "The owner keeps the owner role, or the key lacks the right (AB03).", body = ErrorBody),
+        (status = 404, description = "No such user.", body = ErrorBody),
+    )
+)]
 pub async fn update(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,
@@ -136,6 +191,24 @@ pub async fn update(
 }
 
 /// `DELETE /admin/users/{userId}`: the user's workspace user keys and memberships go too.
+#[utoipa::path(
+    delete,
+    path = "/v1/admin/users/{id}",
+    operation_id = "deleteUser",
+    tag = tag::USERS,
+    summary = "Remove a user",
+    description = "The user's workspace user keys and memberships go too.",
+    params(
+        ("id" = String, Path, description = "The user's id (a UUID)."),
+    ),
+    responses(
+        (status = 200, description = "Removed.", body = EmptyObject),
+        (status = 400, description = "A malformed id, or a body with fields.", body = ErrorBody),
+        (status = 403, description = "The owner cannot be removed, or the key lacks the right (AB03).", body = ErrorBody),
+        (status = 404, description = "No such user.", body = ErrorBody),
+        (status = 409, description = "The user gained API keys while being removed; try again.", body = ErrorBody),
+    )
+)]
 pub async fn delete(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,

@@ -4,26 +4,32 @@ use axum::extract::State;
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
 
+use super::openapi::{tag, EmptyObject, ErrorBody, ListEnvelope};
 use super::{double_option, empty, list_envelope, AppState, Ctx, PathParams};
 use crate::authz::{self, Action, Op, Resource, WorkspaceRole};
 use crate::error::{AdminError, Result};
 use crate::store::{NewWorkspace, Store, Workspace, WorkspaceChanges, WorkspaceFilter};
 use crate::validate::{self, Metadata, Page, RateLimit, UsageLimits, UsageLimitsInput};
 
-/// `defaults` of a workspace.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+/// `defaults` of a workspace: what its requests get unless they say otherwise.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct WorkspaceDefaults {
+    /// Metadata of the workspace's requests (string values).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<BTreeMap<String, String>>)]
     metadata: Option<Metadata>,
+    /// The guardrails (ids) checking the workspace's requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     input_guardrails: Option<Vec<String>>,
+    /// The guardrails (ids) checking the workspace's responses.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     output_guardrails: Option<Vec<String>>,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 enum RoleInput {
     Admin,
@@ -31,24 +37,34 @@ enum RoleInput {
     Member,
 }
 
-#[derive(Debug, Deserialize)]
+/// A first member of a new workspace.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = NewWorkspaceMember)]
 struct MemberInput {
+    /// The user's id (a UUID).
     id: String,
+    #[schema(inline)]
     role: RoleInput,
 }
 
-#[derive(Debug, Deserialize)]
+/// A new workspace.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateWorkspace {
+    /// 1 to 255 characters.
     name: String,
-    /// Not in the reference; made from the name when absent.
+    /// 1 to 255 of `a-z A-Z 0-9 _ -`, not a UUID; made from the name when absent (not in the
+    /// reference).
     #[serde(default)]
+    #[schema(pattern = "^[a-zA-Z0-9_-]+$")]
     slug: Option<String>,
+    /// At most 1024 characters.
     #[serde(default)]
     description: Option<String>,
     #[serde(default)]
     defaults: Option<WorkspaceDefaults>,
+    /// Its first members.
     #[serde(default)]
     users: Option<Vec<MemberInput>>,
     #[serde(default)]
@@ -57,51 +73,81 @@ struct CreateWorkspace {
     rate_limits: Option<Vec<RateLimit>>,
 }
 
-#[derive(Debug, Deserialize)]
+/// The fields to change; absent fields are kept.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct UpdateWorkspace {
     #[serde(default)]
     name: Option<String>,
+    /// `null` removes it.
     #[serde(default, deserialize_with = "double_option")]
     description: Option<Option<String>>,
+    /// Replaces the defaults.
     #[serde(default)]
     defaults: Option<WorkspaceDefaults>,
+    /// Replaces the usage limits.
     #[serde(default)]
     usage_limits: Option<Vec<UsageLimitsInput>>,
+    /// Replaces the rate limits.
     #[serde(default)]
     rate_limits: Option<Vec<RateLimit>>,
 }
 
-#[derive(Debug, Deserialize)]
+/// Options of a deletion.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct DeleteWorkspace {
+    /// Delete it with its API keys, configs, integrations and providers (otherwise 409 while
+    /// any remain).
     #[serde(default)]
     force_delete: Option<bool>,
 }
 
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
 enum Status {
     Active,
     Archived,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
+    /// Items per page: 0 to 100, default 50.
     #[serde(default)]
+    #[param(minimum = 0, maximum = 100)]
     page_size: Option<i64>,
+    /// The page, from 0.
     #[serde(default)]
+    #[param(minimum = 0)]
     current_page: Option<i64>,
+    /// Part of the name.
     #[serde(default)]
     name: Option<String>,
+    /// The whole name.
     #[serde(default)]
     exact_name: Option<String>,
     #[serde(default)]
+    #[param(inline)]
     status: Option<Status>,
 }
 
 /// `POST /admin/workspaces`.
+#[utoipa::path(
+    post,
+    path = "/v1/admin/workspaces",
+    operation_id = "createWorkspace",
+    tag = tag::WORKSPACES,
+    summary = "Create a workspace",
+    request_body = CreateWorkspace,
+    responses(
+        (status = 200, description = "The new workspace.", body = Object),
+        (status = 400, description = "An invalid body.", body = ErrorBody),
+        (status = 404, description = "A user of `users` does not exist (AB02).", body = ErrorBody),
+        (status = 409, description = "The slug is taken.", body = ErrorBody),
+    )
+)]
 pub async fn create(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
     let body: CreateWorkspace = ctx.json()?;
     authz::allowed(
@@ -138,6 +184,18 @@ pub async fn create(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>
 }
 
 /// `GET /admin/workspaces`.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/workspaces",
+    operation_id = "listWorkspaces",
+    tag = tag::WORKSPACES,
+    summary = "List workspaces",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "A page of workspaces.", body = ListEnvelope),
+        (status = 400, description = "An invalid query.", body = ErrorBody),
+    )
+)]
 pub async fn list(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
     let q: ListQuery = ctx.query()?;
     let page = Page::new(q.page_size, q.current_page)?;
@@ -165,6 +223,21 @@ pub async fn list(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> 
 }
 
 /// `GET /admin/workspaces/{id}`: the workspace and its members.
+#[utoipa::path(
+    get,
+    path = "/v1/admin/workspaces/{id}",
+    operation_id = "getWorkspace",
+    tag = tag::WORKSPACES,
+    summary = "Get a workspace",
+    description = "The workspace and its members.",
+    params(
+        ("id" = String, Path, description = "The workspace's id or slug."),
+    ),
+    responses(
+        (status = 200, description = "The workspace, with `users`.", body = Object),
+        (status = 404, description = "No such workspace.", body = ErrorBody),
+    )
+)]
 pub async fn get(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,
@@ -178,6 +251,22 @@ pub async fn get(
 }
 
 /// `PUT /admin/workspaces/{id}`.
+#[utoipa::path(
+    put,
+    path = "/v1/admin/workspaces/{id}",
+    operation_id = "updateWorkspace",
+    tag = tag::WORKSPACES,
+    summary = "Update a workspace",
+    params(
+        ("id" = String, Path, description = "The workspace's id or slug."),
+    ),
+    request_body = UpdateWorkspace,
+    responses(
+        (status = 200, description = "Updated.", body = EmptyObject),
+        (status = 400, description = "An invalid body.", body = ErrorBody),
+        (status = 404, description = "No such workspace.", body = ErrorBody),
+    )
+)]
 pub async fn update(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,
@@ -202,6 +291,23 @@ pub async fn update(
 }
 
 /// `DELETE /admin/workspaces/{id}`: 409 while API keys remain, unless `force_delete`.
+#[utoipa::path(
+    delete,
+    path = "/v1/admin/workspaces/{id}",
+    operation_id = "deleteWorkspace",
+    tag = tag::WORKSPACES,
+    summary = "Delete a workspace",
+    params(
+        ("id" = String, Path, description = "The workspace's id or slug."),
+    ),
+    request_body(content = DeleteWorkspace, description = "Optional."),
+    responses(
+        (status = 200, description = "Deleted.", body = EmptyObject),
+        (status = 400, description = "An invalid body.", body = ErrorBody),
+        (status = 404, description = "No such workspace.", body = ErrorBody),
+        (status = 409, description = "API keys, configs, integrations or providers remain (without `force_delete`).", body = ErrorBody),
+    )
+)]
 pub async fn delete(
     State(app): State<AppState>,
     PathParams(id): PathParams<String>,

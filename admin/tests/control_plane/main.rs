@@ -13,6 +13,7 @@ mod deployments;
 mod integrations;
 mod logs;
 mod members;
+mod openapi;
 mod policies;
 mod providers;
 mod settings;
