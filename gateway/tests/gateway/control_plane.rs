@@ -338,3 +338,34 @@ async fn the_control_plane_runs_on_postgres() {
     drop(running);
     run(format!("DROP SCHEMA IF EXISTS {schema} CASCADE")).await;
 }
+
+/// The control plane's OpenAPI document is served through the gateway's listener, without a key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openapi_document_is_served_on_the_listener() {
+    let env = Env::start().await;
+    let resp = env
+        .bare
+        .get(env.url("/v1/openapi.json"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "application/json");
+    let doc: Value = resp.json().await.unwrap();
+    assert!(
+        doc["openapi"].as_str().unwrap().starts_with("3."),
+        "{}",
+        doc["openapi"]
+    );
+    let update = &doc["paths"]["/v1/policies/rate-limits/{id}"]["put"];
+    assert!(
+        update.is_object(),
+        "no rate limits policy update in {}",
+        doc["paths"]
+    );
+    assert_eq!(
+        doc["paths"]["/v1/chat/completions"],
+        Value::Null,
+        "provider routes are not the control plane's"
+    );
+}
