@@ -204,7 +204,9 @@ fn print_new_admin_key(key: &str) {
     println!(
         "The control plane's first start made an organisation, its owner, the workspace \"default\"\n\
          and an admin key. The key is shown this once and stored only as a hash:\n\n    {key}\n\n\
-         Send it as the x-gw-api-key header to /v1/admin/workspaces, /v1/api-keys, /v1/audit-logs."
+         Send it as the x-gw-api-key header: to the control plane (/v1/admin/workspaces, /v1/api-keys,\n\
+         /v1/policies...) and on provider requests (/v1/chat/completions...), which the default\n\
+         pipeline authenticates."
     );
 }
 

@@ -737,7 +737,8 @@ impl Settlement {
             client_ip: None,
             details: json!({
                 "budget_id": a.budget_id,
-                "value_key": a.value_key,
+                // `entity`, not `value_key`: the audit log redacts fields named like `*key`.
+                "entity": a.value_key,
                 "type": a.unit(),
                 "current_usage": used,
                 "credit_limit": a.credit_limit,
