@@ -1,6 +1,7 @@
-//! Two gateway instances sharing PostgreSQL (the control plane) and Redis (the counters): a
+//! Two gateway instances sharing PostgreSQL (the control plane) and Redis (counters and cache): a
 //! key made through one is known to the other, one rate limit holds exactly across both under
-//! concurrent load, and concurrent requests on both cannot overspend one budget.
+//! concurrent load, concurrent requests on both cannot overspend one budget, an answer cached
+//! by one is a hit on the other, and a key deleted through one is refused by the other.
 //!
 //! Runs when `GW_TEST_POSTGRES_URL` and `GW_TEST_REDIS_URL` are set (`.ci/run` sets both); a
 //! set variable whose service is unreachable fails the test.
@@ -216,6 +217,46 @@ async fn two_instances_hold_one_limit_and_one_budget() {
         assert!(
             tokio::time::Instant::now() < deadline,
             "usage never settled: {got}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // One cache: an answer stored through A is a hit on B.
+    let config =
+        json!({"virtual_key": "mock", "cache": {"mode": "simple", "max_age": 60}}).to_string();
+    let cached = |gw: &RunningGateway| {
+        client
+            .post(format!("{}/v1/chat/completions", gw.url()))
+            .header("x-gw-api-key", ADMIN_KEY)
+            .header("x-gw-config", config.clone())
+            .json(&hello("shared cache"))
+            .send()
+    };
+    let first = cached(&a).await.unwrap();
+    assert_eq!(first.headers()["x-gw-cache-status"], "MISS");
+    let calls = mock.request_count();
+    let second = cached(&b).await.unwrap();
+    assert_eq!(second.headers()["x-gw-cache-status"], "HIT");
+    assert_eq!(
+        mock.request_count(),
+        calls,
+        "B answered from the shared cache"
+    );
+
+    // A key deleted through B is refused by A as soon as A's snapshot follows.
+    admin(
+        &client,
+        &b,
+        Method::DELETE,
+        &format!("/v1/api-keys/{key_id}"),
+        None,
+    )
+    .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while chat(&client, &a, &key, &small).await != 401 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "A kept a deleted key"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
