@@ -88,6 +88,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "enforcement",
         include_str!("../migrations/0005_enforcement.sql"),
     ),
+    (
+        6,
+        "integration_models",
+        include_str!("../migrations/0006_integration_models.sql"),
+    ),
 ];
 
 /// The key of the PostgreSQL advisory lock that serialises migrations and bootstrap across

@@ -149,6 +149,8 @@ impl From<sqlx::Error> for AdminError {
 }
 
 impl IntoResponse for AdminError {
+    /// The error's answer; the error itself rides along in the response's extensions, where
+    /// the audit of refused calls reads why a call was refused (`crate::api`).
     fn into_response(self) -> Response {
         let (status, _) = self.kind.status_and_code();
         let mut resp = (status, self.body().to_string()).into_response();
@@ -156,6 +158,7 @@ impl IntoResponse for AdminError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
+        resp.extensions_mut().insert(self);
         resp
     }
 }

@@ -10,7 +10,8 @@
 //! - [`store::snapshot`]: what the data plane reads (saved providers and configs, API keys,
 //!   workspaces and policies), published after every change and kept current across instances;
 //! - [`sink`]: where the data plane's plugins send audit events, settled usage and request logs;
-//! - [`api`]: the routes and their input checks ([`validate`]), errors in one place ([`error`]);
+//! - [`api`]: the routes and their input checks ([`validate`]), errors in one place ([`error`]),
+//!   calls refused with 401 or 403 recorded in the audit log (bounded per second);
 //! - [`ControlPlane`]: what the gateway runs: the database, bootstrap, the key expiry worker,
 //!   the data plane's snapshot watcher and the router, on a runtime of their own.
 
@@ -30,7 +31,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tower::ServiceExt;
 
-pub use api::{router, ClientAddr, MAX_BODY_BYTES};
+pub use api::{router, router_with, ClientAddr, RouterOptions, MAX_BODY_BYTES};
 pub use error::{AdminError, ErrorKind};
 pub use sink::StoreSink;
 pub use store::{BootstrapOptions, BootstrapOutcome, Store};

@@ -32,6 +32,23 @@ pub struct ProviderRecord {
     pub usage_limits: Option<UsageLimit>,
     /// What the control plane has counted against `usage_limits` (zero by default).
     pub counted: CountedUsage,
+    /// Per-model prices of the provider's integration, set through the control plane
+    /// (`PUT /v1/integrations/{slug}/models`, the models with a `pricing_config`). Requests
+    /// through this provider are priced by these first, before any price table. Empty (the
+    /// default, and always for providers declared in the YAML file): none.
+    pub model_prices: Vec<ModelPrice>,
+}
+
+/// The price of one model through a saved provider, in US dollars per million tokens.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelPrice {
+    /// The model id as the integration lists it (`gpt-4o`; a dated id such as
+    /// `gpt-4o-2024-08-06` is priced by its longest listed prefix, as in the price table).
+    pub model: String,
+    /// Per million input (prompt) tokens; finite and 0 or more.
+    pub input_per_million: f64,
+    /// Per million output (completion) tokens; finite and 0 or more.
+    pub output_per_million: f64,
 }
 
 impl std::fmt::Debug for ProviderRecord {
@@ -44,6 +61,7 @@ impl std::fmt::Debug for ProviderRecord {
             .field("rate_limits", &self.rate_limits)
             .field("usage_limits", &self.usage_limits)
             .field("counted", &self.counted)
+            .field("model_prices", &self.model_prices)
             .finish()
     }
 }

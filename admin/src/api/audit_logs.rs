@@ -1,4 +1,5 @@
-//! `GET /v1/audit-logs`: the organisation's audit records, newest first.
+//! `GET /v1/audit-logs`: the organisation's audit records, newest first: changes, events the
+//! data plane reports, and refused control-plane calls (see `super::refusals`).
 
 use axum::extract::State;
 use axum::Json;
@@ -74,7 +75,7 @@ struct AuditLogList {
     operation_id = "listAuditLogs",
     tag = tag::AUDIT_LOGS,
     summary = "List audit records",
-    description = "The organisation's audit records between two times, newest first (an admin key with `audit_logs.list`).",
+    description = "The organisation's audit records between two times, newest first (an admin key with `audit_logs.list`). Besides changes: control-plane calls refused with 401 or 403 (action `refused`, `request_body.reason`; an unknown caller's under the organisation with `user_type` `anonymous`), at most a bounded number a second per gateway instance, the rest counted in summary records (resource type `control_plane`, `request_body.summary` true, `refused` the count).",
     params(ListQuery),
     responses(
         (status = 200, description = "A page of audit records.", body = AuditLogList),

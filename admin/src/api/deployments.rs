@@ -113,7 +113,7 @@ struct ListQuery {
         (status = 200, description = "The new deployment.", body = Object),
         (status = 400, description = "An invalid body.", body = ErrorBody),
         (status = 404, description = "A workspace of `workspace_restrictions` does not exist (AB02).", body = ErrorBody),
-        (status = 409, description = "The slug is taken.", body = ErrorBody),
+        (status = 409, description = "The slug is taken, or the organisation has as many deployments of the type as its settings allow (`deployments_production_max`, `deployments_non_production_max`).", body = ErrorBody),
     )
 )]
 pub async fn create(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
@@ -219,7 +219,7 @@ pub async fn get(
         (status = 200, description = "Updated.", body = EmptyObject),
         (status = 400, description = "An invalid body.", body = ErrorBody),
         (status = 404, description = "No such deployment (AB08), or a workspace of `workspace_restrictions` does not exist (AB02).", body = ErrorBody),
-        (status = 409, description = "The slug is taken.", body = ErrorBody),
+        (status = 409, description = "The slug is taken, or the organisation has as many deployments of the type as its settings allow (`deployments_production_max`, `deployments_non_production_max`).", body = ErrorBody),
     )
 )]
 pub async fn update(

@@ -1,5 +1,6 @@
 //! `/v1/integrations`: create (with its default provider), list (filters, tags), get, update,
-//! delete, and the workspaces an organisation integration is shared with (bulk update).
+//! delete, the workspaces an organisation integration is shared with (bulk update), and its
+//! models (enabled, custom prices that the data plane prices requests through it with).
 //!
 //! An integration with a `workspace_id` belongs to that workspace; one without is the
 //! organisation's, shared with the workspaces its `/workspaces` endpoint enables (or all of
@@ -24,9 +25,9 @@ use crate::authz::{self, Action, Op, Principal, Resource};
 use crate::error::{AdminError, Result};
 use crate::keys;
 use crate::store::{
-    Integration, IntegrationChanges, IntegrationFilter, IntegrationWorkspace, NewIntegration,
-    NewProvider, Origin, Store, WorkspaceAccess, WorkspaceAccessChange, WorkspaceAccessChanges,
-    AI_PROVIDER_IDS,
+    Integration, IntegrationChanges, IntegrationFilter, IntegrationModel, IntegrationWorkspace,
+    ModelPricing, NewIntegration, NewProvider, Origin, Store, WorkspaceAccess,
+    WorkspaceAccessChange, WorkspaceAccessChanges, AI_PROVIDER_IDS,
 };
 use crate::validate::{self, Page, RateLimit, UsageLimits, UsageLimitsInput};
 
@@ -38,6 +39,8 @@ const MAX_URL: usize = 2048;
 const MAX_TAGS: usize = 50;
 /// The longest tag name.
 const MAX_TAG_KEY: usize = 100;
+/// The most models one `PUT /integrations/{slug}/models` sets.
+const MAX_MODELS_PER_UPDATE: usize = 1000;
 
 /// `configurations` of an integration. On update a field set to `null` is removed and a field
 /// left out is kept.
@@ -501,6 +504,45 @@ struct UpdateWorkspaces {
     override_existing_workspace_access: Option<bool>,
 }
 
+/// A model's custom price: US dollars per million tokens, each finite and 0 or more.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = ModelPricingConfig)]
+struct PricingConfig {
+    /// Per million input (prompt) tokens.
+    #[schema(minimum = 0)]
+    input_per_million: f64,
+    /// Per million output (completion) tokens.
+    #[schema(minimum = 0)]
+    output_per_million: f64,
+}
+
+/// One model of an integration, set as given.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = IntegrationModelInput)]
+struct ModelInput {
+    /// The model id (`gpt-4o`, `anthropic.claude-3-haiku-20240307-v1:0`): 1 to 255 printable
+    /// characters without spaces. One model per id whatever its case.
+    slug: String,
+    /// Whether the model is offered. Recorded and shown; the gateway does not refuse
+    /// requests for a disabled model (its price, if any, still applies).
+    enabled: bool,
+    /// Its custom price; absent or `null`: none (the price tables apply). Requests through the
+    /// integration's providers are priced by it first.
+    #[serde(default)]
+    pricing_config: Option<PricingConfig>,
+}
+
+/// Models to add or change; models not listed are kept.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = UpdateIntegrationModels)]
+struct UpdateModels {
+    /// At most 1000, each id once.
+    models: Vec<ModelInput>,
+}
+
 /// `{id, slug, default_provider_slug, object}`: the new integration.
 #[derive(ToSchema)]
 #[allow(dead_code)] // described in the OpenAPI document, never built
@@ -955,6 +997,135 @@ pub async fn update_workspaces(
     Ok(empty())
 }
 
+/// `GET /integrations/{slug}/models`: the models of the integration, by id.
+#[utoipa::path(
+    get,
+    path = "/v1/integrations/{slug}/models",
+    operation_id = "listIntegrationModels",
+    tag = tag::INTEGRATIONS,
+    summary = "List the models of an integration",
+    description = "Each model with whether it is enabled and its custom price (`pricing_config`: US dollars per million input and output tokens, or `null`).",
+    params(
+        ("slug" = String, Path, description = "The integration's slug or id."),
+        PageQuery,
+    ),
+    responses(
+        (status = 200, description = "A page of models: `{slug, enabled, pricing_config, object}`.", body = ListEnvelope),
+        (status = 400, description = "An invalid query.", body = ErrorBody),
+        (status = 404, description = "No such integration.", body = ErrorBody),
+    )
+)]
+pub async fn models(
+    State(app): State<AppState>,
+    PathParams(slug): PathParams<String>,
+    ctx: Ctx,
+) -> Result<Json<Value>> {
+    let q: PageQuery = ctx.query()?;
+    let page = Page::new(q.page_size, q.current_page)?;
+    let integration = authorised(&app.store, &ctx.principal, &slug, Op::Read).await?;
+    let (total, list) = app.store.integration_models(&integration, page).await?;
+    Ok(list_envelope(
+        total,
+        list.iter().map(IntegrationModel::to_json).collect(),
+    ))
+}
+
+/// `PUT /integrations/{slug}/models`: sets each listed model (enabled, custom price); models
+/// not listed are kept. Same rights as updating the integration.
+#[utoipa::path(
+    put,
+    path = "/v1/integrations/{slug}/models",
+    operation_id = "updateIntegrationModels",
+    tag = tag::INTEGRATIONS,
+    summary = "Enable models of an integration and price them",
+    description = "Sets each listed model as given (added, or replacing the model of the same id); models not listed are kept. Requests through the integration's providers are priced by their `pricing_config` first, then by the gateway's price tables.",
+    params(
+        ("slug" = String, Path, description = "The integration's slug or id."),
+    ),
+    request_body = UpdateModels,
+    responses(
+        (status = 200, description = "Updated.", body = EmptyObject),
+        (status = 400, description = "An invalid body, or more models than an integration lists.", body = ErrorBody),
+        (status = 404, description = "No such integration.", body = ErrorBody),
+    )
+)]
+pub async fn update_models(
+    State(app): State<AppState>,
+    PathParams(slug): PathParams<String>,
+    ctx: Ctx,
+) -> Result<Json<Value>> {
+    let body: UpdateModels = ctx.json()?;
+    let models = check_models(body.models)?;
+    let integration = authorised(&app.store, &ctx.principal, &slug, Op::Update).await?;
+    app.store
+        .update_integration_models(ctx.actor(), &integration, &models)
+        .await?;
+    Ok(empty())
+}
+
+/// The models of a `PUT .../models` body, checked: at most [`MAX_MODELS_PER_UPDATE`]; ids of 1
+/// to 255 printable characters without spaces, each once (in any case); prices finite and 0
+/// or more.
+fn check_models(list: Vec<ModelInput>) -> Result<Vec<IntegrationModel>> {
+    if list.len() > MAX_MODELS_PER_UPDATE {
+        return Err(AdminError::field(
+            "models",
+            format!(
+                "at most {MAX_MODELS_PER_UPDATE} models per request, got {}",
+                list.len()
+            ),
+        ));
+    }
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    let mut out = Vec::with_capacity(list.len());
+    for (i, m) in list.into_iter().enumerate() {
+        let at = |f: &str| format!("models[{i}].{f}");
+        validate::max_len(&at("slug"), &m.slug, validate::MAX_NAME)?;
+        if m.slug.is_empty() || !m.slug.chars().all(|c| c.is_ascii_graphic()) {
+            return Err(AdminError::field(
+                &at("slug"),
+                format!(
+                    "a model id is 1 to {} printable characters without spaces, got {:?}",
+                    validate::MAX_NAME,
+                    m.slug
+                ),
+            ));
+        }
+        if let Some(first) = seen.insert(m.slug.to_ascii_lowercase(), i) {
+            return Err(AdminError::field(
+                &at("slug"),
+                format!("repeats models[{first}] ({:?})", m.slug),
+            ));
+        }
+        let pricing = match m.pricing_config {
+            None => None,
+            Some(p) => {
+                for (field, value) in [
+                    ("input_per_million", p.input_per_million),
+                    ("output_per_million", p.output_per_million),
+                ] {
+                    if !value.is_finite() || value < 0.0 {
+                        return Err(AdminError::field(
+                            &at(&format!("pricing_config.{field}")),
+                            format!("must be a number of US dollars, 0 or more, got {value}"),
+                        ));
+                    }
+                }
+                Some(ModelPricing {
+                    input_per_million: p.input_per_million,
+                    output_per_million: p.output_per_million,
+                })
+            }
+        };
+        out.push(IntegrationModel {
+            slug: m.slug,
+            enabled: m.enabled,
+            pricing,
+        });
+    }
+    Ok(out)
+}
+
 fn usage_limits(field: &str, list: Vec<UsageLimitsInput>) -> Result<Vec<UsageLimits>> {
     list.into_iter()
         .enumerate()
@@ -1056,6 +1227,71 @@ mod tests {
             );
         }
         assert!(serde_json::from_value::<Configurations>(json!({"colour": 1})).is_err());
+    }
+
+    #[test]
+    fn models_are_checked_naming_the_field() {
+        let body = |v: Value| -> Vec<ModelInput> {
+            serde_json::from_value::<UpdateModels>(json!({ "models": v }))
+                .unwrap()
+                .models
+        };
+        let ok = check_models(body(json!([
+            {"slug": "gpt-4o", "enabled": true, "pricing_config": {"input_per_million": 2.5, "output_per_million": 10}},
+            {"slug": "anthropic.claude-3-haiku-20240307-v1:0", "enabled": false, "pricing_config": null},
+            {"slug": "free", "enabled": true, "pricing_config": {"input_per_million": 0, "output_per_million": 0}},
+        ])))
+        .unwrap();
+        assert_eq!(ok.len(), 3);
+        assert_eq!(
+            ok[0].pricing,
+            Some(ModelPricing {
+                input_per_million: 2.5,
+                output_per_million: 10.0
+            })
+        );
+        assert!(!ok[1].enabled && ok[1].pricing.is_none());
+        let bad = [
+            (json!([{"slug": "", "enabled": true}]), "models[0].slug: a model id is"),
+            (json!([{"slug": "a b", "enabled": true}]), "models[0].slug: a model id is"),
+            (
+                json!([{"slug": "x".repeat(256), "enabled": true}]),
+                "models[0].slug:",
+            ),
+            (
+                json!([{"slug": "m", "enabled": true}, {"slug": "M", "enabled": false}]),
+                "models[1].slug: repeats models[0]",
+            ),
+            (
+                json!([{"slug": "m", "enabled": true, "pricing_config": {"input_per_million": -1, "output_per_million": 1}}]),
+                "models[0].pricing_config.input_per_million: must be a number of US dollars, 0 or more, got -1",
+            ),
+        ];
+        for (v, want) in bad {
+            let err = check_models(body(v.clone())).unwrap_err();
+            assert!(err.message.starts_with(want), "{v}: {}", err.message);
+        }
+        let many: Vec<Value> = (0..=MAX_MODELS_PER_UPDATE)
+            .map(|i| json!({"slug": format!("m{i}"), "enabled": true}))
+            .collect();
+        let err = check_models(body(Value::Array(many))).unwrap_err();
+        assert!(
+            err.message.starts_with("models: at most 1000"),
+            "{}",
+            err.message
+        );
+        // A price is two numbers; enabled is required; unknown fields are refused.
+        for v in [
+            json!({"models": [{"slug": "m", "enabled": true, "pricing_config": {"input_per_million": 1}}]}),
+            json!({"models": [{"slug": "m"}]}),
+            json!({"models": [{"slug": "m", "enabled": true, "price": 1}]}),
+            json!({}),
+        ] {
+            assert!(
+                serde_json::from_value::<UpdateModels>(v.clone()).is_err(),
+                "{v}"
+            );
+        }
     }
 
     #[test]

@@ -15,6 +15,7 @@ mod members;
 pub mod openapi;
 mod policies;
 mod providers;
+mod refusals;
 mod settings;
 mod users;
 mod workspaces;
@@ -45,9 +46,13 @@ pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientAddr(pub Option<IpAddr>);
 
+pub use refusals::{RouterOptions, DEFAULT_REFUSED_RECORDS_PER_SECOND};
+
 #[derive(Clone)]
 pub struct AppState {
     pub store: Store,
+    /// The bound on records of refused calls ([`refusals`]).
+    refusals: std::sync::Arc<refusals::RefusalAudit>,
 }
 
 /// One route of the control plane: a method, the path as the router mounts it, and its handler.
@@ -184,6 +189,16 @@ pub fn routes() -> Vec<Route> {
             "/v1/integrations/{slug}/workspaces",
             integrations::update_workspaces,
         ),
+        route(
+            M::GET,
+            "/v1/integrations/{slug}/models",
+            integrations::models,
+        ),
+        route(
+            M::PUT,
+            "/v1/integrations/{slug}/models",
+            integrations::update_models,
+        ),
         route(M::POST, "/v1/providers", providers::create),
         route(M::GET, "/v1/providers", providers::list),
         route(M::GET, "/v1/providers/{slug}", providers::get),
@@ -274,9 +289,21 @@ pub fn routes() -> Vec<Route> {
     ]
 }
 
-/// The control plane's routes: those of [`routes`]. The paths the gateway sends here are
-/// listed in [`crate::CONTROL_PLANE_PREFIXES`].
+/// The control plane's routes: those of [`routes`], with the default [`RouterOptions`]. The
+/// paths the gateway sends here are listed in [`crate::CONTROL_PLANE_PREFIXES`].
 pub fn router(store: Store) -> Router {
+    router_with(store, RouterOptions::default())
+}
+
+/// The control plane's routes, built with `options`. Every routed call answered 401 or 403 is
+/// recorded in the audit log, within the bound of `options` ([`refusals`]).
+pub fn router_with(store: Store, options: RouterOptions) -> Router {
+    let state = AppState {
+        store,
+        refusals: std::sync::Arc::new(refusals::RefusalAudit::new(
+            options.refused_records_per_second,
+        )),
+    };
     // One `MethodRouter` per path: the router refuses a path mounted twice.
     let mut by_path: BTreeMap<&'static str, MethodRouter<AppState>> = BTreeMap::new();
     for r in routes() {
@@ -292,9 +319,14 @@ pub fn router(store: Store) -> Router {
         .fold(Router::new(), |router, (path, handler)| {
             router.route(path, handler)
         })
+        // Routed calls only: the fallbacks below answer without a key.
+        .route_layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            refusals::audit,
+        ))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .with_state(AppState { store })
+        .with_state(state)
 }
 
 async fn not_found(method: Method, uri: Uri) -> AdminError {
@@ -354,13 +386,7 @@ impl FromRequest<AppState> for Ctx {
         let client = ClientAddr::from_request_parts(&mut parts, state)
             .await
             .unwrap_or(ClientAddr(None));
-        let request_id = parts
-            .headers
-            .get("x-gw-trace-id")
-            .and_then(|v| v.to_str().ok())
-            .filter(|v| !v.is_empty() && v.len() <= 128)
-            .map(str::to_owned)
-            .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+        let request_id = request_id(&parts.headers);
         let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
             .await
             .map_err(|_| {
@@ -387,6 +413,17 @@ impl FromRequest<AppState> for Ctx {
             body,
         })
     }
+}
+
+/// The request's id in the audit log: its `x-gw-trace-id` (1 to 128 characters), else a new
+/// UUID.
+fn request_id(headers: &http::HeaderMap) -> String {
+    headers
+        .get("x-gw-trace-id")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128)
+        .map(str::to_owned)
+        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string())
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for ClientAddr {

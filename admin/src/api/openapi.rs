@@ -106,6 +106,8 @@ pub const SECURITY_SCHEME: &str = "api_key";
         integrations::delete,
         integrations::workspaces,
         integrations::update_workspaces,
+        integrations::models,
+        integrations::update_models,
         providers::create,
         providers::list,
         providers::get,
@@ -146,7 +148,7 @@ pub const SECURITY_SCHEME: &str = "api_key";
         (name = tag::LOGS, description = "Request logs, and logs sent by other systems."),
         (name = tag::LOG_EXPORTS, description = "Exports of request logs as JSON lines."),
         (name = tag::CONFIGS, description = "Routing configs, versioned."),
-        (name = tag::INTEGRATIONS, description = "Provider credentials, and the workspaces they are shared with."),
+        (name = tag::INTEGRATIONS, description = "Provider credentials, the workspaces they are shared with, and their models and prices."),
         (name = tag::PROVIDERS, description = "Providers: an integration made usable in a workspace, with limits."),
         (name = tag::VIRTUAL_KEYS, description = "Providers in their legacy shape (virtual keys)."),
         (name = tag::RATE_LIMITS, description = "Rate limits policies."),
@@ -226,12 +228,12 @@ const COMMON_ERRORS: [(&str, &str, &str); 4] = [
     (
         "401",
         "Unauthorized",
-        "No API key, or an unknown, revoked or expired one (AB05).",
+        "No API key, or an unknown, revoked or expired one (AB05). Recorded in the audit log (action `refused`).",
     ),
     (
         "403",
         "Forbidden",
-        "The key lacks the scope or the role this needs (AB03).",
+        "The key lacks the scope or the role this needs (AB03). Recorded in the audit log (action `refused`).",
     ),
     (
         "413",

@@ -1,7 +1,8 @@
 //! Settings (paths of this gateway; the reference shows none): `GET/PUT /v1/admin/settings`
 //! for the organisation and `GET/PUT /v1/admin/workspaces/{id}/settings` for a workspace's
 //! overrides, both with the admin key only. Organisation: API-key expiry default and maximum,
-//! user API keys per workspace maximum, prompt and analytics access. Workspace: the last two
+//! user API keys per workspace maximum, deployments per type maximum (production and
+//! non-production apart), prompt and analytics access. Workspace: the last two
 //! kinds, each `null` to inherit the organisation's value again.
 
 use axum::extract::State;
@@ -20,6 +21,8 @@ use crate::store::{OrganisationSettings, Store, Workspace, WorkspaceSettings};
 const MAX_EXPIRY_DAYS: i64 = 3650;
 /// The highest user-keys-per-workspace maximum.
 const MAX_USER_KEYS: i64 = 10_000;
+/// The highest deployments-per-type maximum.
+const MAX_DEPLOYMENTS: i64 = 10_000;
 
 /// The six access settings of a body, by name: absent `None`; `null` `Some(None)` (refused at
 /// organisation level, where there is nothing to inherit; clears a workspace's override).
@@ -65,6 +68,14 @@ struct UpdateOrganisation {
     #[serde(default, deserialize_with = "double_option")]
     #[schema(minimum = 1, maximum = 10000)]
     user_api_keys_per_workspace_max: Option<Option<i64>>,
+    /// The most deployments of type `production`: 0 to 10000; `null`: no limit.
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(minimum = 0, maximum = 10000)]
+    deployments_production_max: Option<Option<i64>>,
+    /// The most deployments of type `non-production`: 0 to 10000; `null`: no limit.
+    #[serde(default, deserialize_with = "double_option")]
+    #[schema(minimum = 0, maximum = 10000)]
+    deployments_non_production_max: Option<Option<i64>>,
     #[serde(
         default,
         rename = "membersViewPrompts",
@@ -235,6 +246,12 @@ pub async fn update_organisation(State(app): State<AppState>, ctx: Ctx) -> Resul
             if let Some(v) = body.user_api_keys_per_workspace_max {
                 s.user_api_keys_per_workspace_max = v;
             }
+            if let Some(v) = body.deployments_production_max {
+                s.deployments_production_max = v;
+            }
+            if let Some(v) = body.deployments_non_production_max {
+                s.deployments_non_production_max = v;
+            }
             for (name, v) in access {
                 *access_slot(&mut s.access, name) = v;
             }
@@ -354,6 +371,22 @@ fn check_organisation(s: &OrganisationSettings) -> Result<()> {
     }
     if let Some(max) = s.user_api_keys_per_workspace_max {
         check_user_keys_max(max)?;
+    }
+    for (field, max) in [
+        ("deployments_production_max", s.deployments_production_max),
+        (
+            "deployments_non_production_max",
+            s.deployments_non_production_max,
+        ),
+    ] {
+        if let Some(max) = max {
+            if !(0..=MAX_DEPLOYMENTS).contains(&max) {
+                return Err(AdminError::field(
+                    field,
+                    format!("must be between 0 and {MAX_DEPLOYMENTS}, or null; got {max}"),
+                ));
+            }
+        }
     }
     Ok(())
 }

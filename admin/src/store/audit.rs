@@ -1,4 +1,7 @@
-//! The audit log: one row per control-plane write, inserted in the write's own transaction.
+//! The audit log: one row per control-plane write, inserted in the write's own transaction;
+//! events the data plane reports; and control-plane calls refused with 401 or 403
+//! ([`Store::record_refused`], bounded per second by `crate::api`, the excess summarised by
+//! [`Store::record_refusal_summary`]).
 
 use serde_json::{json, Map, Value};
 use sqlx::any::AnyRow;
@@ -260,6 +263,135 @@ impl Store {
             .await?;
         }
         tx.commit().await?;
+        Ok(())
+    }
+}
+
+/// A control-plane call refused with 401 or 403, as the audit log records it (action
+/// `refused`). The presented key is never part of it: only its SHA-256, to find the key, which
+/// is not stored either.
+#[derive(Debug, Clone)]
+pub struct RefusedAttempt {
+    pub method: String,
+    /// Path and query (values of secret-like query parameters redacted by the caller).
+    pub uri: String,
+    pub request_id: String,
+    pub client_ip: Option<String>,
+    /// 401 or 403.
+    pub status: u16,
+    /// What the route acts on (`workspace`, `api_key`...).
+    pub resource_type: &'static str,
+    /// Why it was refused: the error message the caller received.
+    pub reason: String,
+    /// The SHA-256 (hex) of the presented key; `None` when no key was sent.
+    pub key_hash: Option<String>,
+}
+
+/// Refused calls of one status that were counted but not recorded one by one (beyond the
+/// per-second bound of [`crate::api::RouterOptions::refused_records_per_second`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusalSummary {
+    pub status: u16,
+    pub count: u64,
+    pub first_at: Timestamp,
+    pub last_at: Timestamp,
+    /// The bound that was in force.
+    pub per_second: u32,
+}
+
+impl Store {
+    /// Records a refused call. A key that exists (even expired or rotated away) is named by
+    /// its id, with its organisation, workspace and user; an unknown key or none is recorded
+    /// under the bootstrap organisation with `user_type` `anonymous`. Nothing is recorded on a
+    /// database that was never bootstrapped.
+    pub async fn record_refused(&self, r: &RefusedAttempt) -> Result<()> {
+        let key =
+            match &r.key_hash {
+                Some(hash) => sqlx::query(
+                    "SELECT id, organisation_id, workspace_id, user_id, created_by_user_id, type
+                 FROM api_keys WHERE key_hash = $1 OR previous_key_hash = $1
+                 ORDER BY CASE WHEN key_hash = $1 THEN 0 ELSE 1 END LIMIT 1",
+                )
+                .bind(hash)
+                .fetch_optional(self.db.pool())
+                .await?,
+                None => None,
+            };
+        let (organisation_id, workspace_id, user_id, user_type, api_key_id) = match key {
+            Some(k) => {
+                let kind: String = k.try_get("type")?;
+                let user: Option<String> = k.try_get("user_id")?;
+                let creator: Option<String> = k.try_get("created_by_user_id")?;
+                (
+                    k.try_get::<String, _>("organisation_id")?,
+                    k.try_get::<Option<String>, _>("workspace_id")?,
+                    user.or(creator),
+                    if kind == "workspace-user" {
+                        "user"
+                    } else {
+                        "api_key"
+                    },
+                    Some(k.try_get::<String, _>("id")?),
+                )
+            }
+            None => match self.organisation_id().await? {
+                Some(org) => (org, None, None, "anonymous", None),
+                None => return Ok(()),
+            },
+        };
+        sqlx::query(
+            "INSERT INTO audit_logs (id, timestamp, organisation_id, workspace_id, user_id,
+                 user_type, api_key_id, action, resource_type, resource_id, method, uri,
+                 request_id, request_body, response_status_code, client_ip)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 'refused', $8, NULL, $9, $10, $11, $12, $13, $14)",
+        )
+        .bind(uuid::Uuid::new_v4().to_string())
+        .bind(time::format(time::now()))
+        .bind(organisation_id)
+        .bind(workspace_id)
+        .bind(user_id)
+        .bind(user_type)
+        .bind(api_key_id)
+        .bind(r.resource_type)
+        .bind(&r.method)
+        .bind(&r.uri)
+        .bind(&r.request_id)
+        .bind(json!({"reason": r.reason}).to_string())
+        .bind(i64::from(r.status))
+        .bind(r.client_ip.clone())
+        .execute(self.db.pool())
+        .await?;
+        Ok(())
+    }
+
+    /// Records refused calls that were only counted, as one record (action `refused`,
+    /// resource type `control_plane`, `user_type` `system`, the status they were refused with)
+    /// under the bootstrap organisation; `request_body` holds
+    /// `{summary: true, refused: count, first_at, last_at, records_per_second}`.
+    pub async fn record_refusal_summary(&self, s: &RefusalSummary) -> Result<()> {
+        let Some(org) = self.organisation_id().await? else {
+            return Ok(());
+        };
+        let body = json!({
+            "summary": true,
+            "refused": s.count,
+            "first_at": time::format(s.first_at),
+            "last_at": time::format(s.last_at),
+            "records_per_second": s.per_second,
+        });
+        sqlx::query(
+            "INSERT INTO audit_logs (id, timestamp, organisation_id, user_type, action,
+                 resource_type, method, uri, request_id, request_body, response_status_code)
+             VALUES ($1, $2, $3, 'system', 'refused', 'control_plane', '', '', $4, $5, $6)",
+        )
+        .bind(uuid::Uuid::new_v4().to_string())
+        .bind(time::format(time::now()))
+        .bind(org)
+        .bind(uuid::Uuid::new_v4().to_string())
+        .bind(body.to_string())
+        .bind(i64::from(s.status))
+        .execute(self.db.pool())
+        .await?;
         Ok(())
     }
 }

@@ -1,5 +1,8 @@
 //! Gateway deployments: a type (`production` or `non-production`), a slug, a deployment config
-//! and, optionally, the workspaces they are restricted to.
+//! and, optionally, the workspaces they are restricted to. How many of each type the
+//! organisation may have is one of its settings (`deployments_production_max`,
+//! `deployments_non_production_max`), checked in the transaction that makes a deployment or
+//! changes its type.
 
 use serde_json::{json, Value};
 use sqlx::any::AnyRow;
@@ -128,6 +131,7 @@ impl Store {
         let id = uuid::Uuid::new_v4().to_string();
         let now = time::format(time::now());
         let mut tx = self.db.begin_write().await?;
+        super::settings::enforce_deployment_limit(&mut tx, org, &new.kind, None).await?;
         sqlx::query(
             "INSERT INTO deployments (id, organisation_id, slug, name, type, deployment_config,
                  restricted, created_at, last_updated_at)
@@ -276,6 +280,27 @@ impl Store {
             .push(" AND organisation_id = ")
             .text(d.organisation_id.clone());
         let mut tx = self.db.begin_write().await?;
+        if let Some(kind) = &changes.kind {
+            // Checked before the row changes: only a deployment that is not of the type yet
+            // counts against the type's limit (the count leaves it out either way).
+            let current: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+                "SELECT type FROM deployments WHERE id = $1 AND organisation_id = $2{}",
+                self.db.backend().for_update()
+            )))
+            .bind(&d.id)
+            .bind(&d.organisation_id)
+            .fetch_optional(&mut *tx)
+            .await?;
+            if current.as_deref().is_some_and(|c| c != kind) {
+                super::settings::enforce_deployment_limit(
+                    &mut tx,
+                    &d.organisation_id,
+                    kind,
+                    Some(&d.id),
+                )
+                .await?;
+            }
+        }
         let done = sql.query().execute(&mut *tx).await.map_err(|e| {
             if is_unique_violation(&e) {
                 slug_taken(changes.slug.as_deref().unwrap_or_default())

@@ -10,6 +10,7 @@ mod bootstrap;
 mod charges;
 mod configs;
 mod deployments;
+mod integration_models;
 mod integrations;
 mod invites;
 pub mod logs;
@@ -28,11 +29,12 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 pub use api_keys::{ApiKey, KeyChanges, KeyFilter, NewKey, Rotated};
-pub use audit::{AuditEntry, AuditFilter, RequestMeta};
+pub use audit::{AuditEntry, AuditFilter, RefusalSummary, RefusedAttempt, RequestMeta};
 pub use bootstrap::{BootstrapOptions, BootstrapOutcome};
 pub use charges::ChargeReport;
 pub use configs::{Config, ConfigChanges, ConfigFilter, ConfigVersion, NewConfig};
 pub use deployments::{Deployment, DeploymentChanges, NewDeployment};
+pub use integration_models::{IntegrationModel, ModelPricing, MAX_MODELS_PER_INTEGRATION};
 pub use integrations::{
     Integration, IntegrationChanges, IntegrationFilter, IntegrationWorkspace, NewIntegration,
     Origin, WorkspaceAccess, WorkspaceAccessChange, WorkspaceAccessChanges, AI_PROVIDER_IDS,
@@ -86,6 +88,12 @@ pub struct OrganisationSettings {
     /// The most workspace user keys one user may hold in one workspace; `None`: no limit.
     /// Workspaces may override it.
     pub user_api_keys_per_workspace_max: Option<i64>,
+    /// The most deployments of type `production` the organisation may have (0 to 10000);
+    /// `None` (the default): no limit. Checked as a deployment is made or changes type.
+    pub deployments_production_max: Option<i64>,
+    /// The most deployments of type `non-production` (0 to 10000); `None` (the default): no
+    /// limit.
+    pub deployments_non_production_max: Option<i64>,
     /// Prompt and analytics access of workspace managers and members (`membersViewPrompts`...).
     #[serde(flatten)]
     pub access: crate::authz::AccessSettings,
@@ -98,6 +106,8 @@ impl Default for OrganisationSettings {
             api_key_default_expiry_days: Some(365),
             api_key_max_expiry_days: Some(730),
             user_api_keys_per_workspace_max: None,
+            deployments_production_max: None,
+            deployments_non_production_max: None,
             access: crate::authz::AccessSettings::default(),
         }
     }

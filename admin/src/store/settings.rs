@@ -1,5 +1,6 @@
-//! Settings: the organisation's document (key expiry, the user-key limit, prompt and analytics
-//! access), each workspace's overrides of it, and the user-key limit applied as keys are made.
+//! Settings: the organisation's document (key expiry, the user-key limit, deployment limits,
+//! prompt and analytics access), each workspace's overrides of it, and the user-key and
+//! deployment limits applied as keys and deployments are made.
 
 use serde::{Deserialize, Serialize};
 use sqlx::Row;
@@ -265,6 +266,49 @@ pub(super) async fn enforce_user_key_limit(
     Ok(())
 }
 
+/// In the transaction that makes a deployment of type `kind` (or changes one to it; `other_than`
+/// is that deployment): refuses it (409) when the organisation already has as many deployments
+/// of the type as its settings allow. The organisation's row is taken first, so deployments
+/// made at the same time are counted one after the other.
+pub(super) async fn enforce_deployment_limit(
+    tx: &mut Tx,
+    organisation_id: &str,
+    kind: &str,
+    other_than: Option<&str>,
+) -> Result<()> {
+    sqlx::query("UPDATE organisations SET last_updated_at = last_updated_at WHERE id = $1")
+        .bind(organisation_id)
+        .execute(&mut **tx)
+        .await?;
+    let org = organisation_settings_in(tx, organisation_id).await?;
+    let (setting, max) = match kind {
+        "production" => ("deployments_production_max", org.deployments_production_max),
+        _ => (
+            "deployments_non_production_max",
+            org.deployments_non_production_max,
+        ),
+    };
+    let Some(max) = max else {
+        return Ok(());
+    };
+    let held: i64 = sqlx::query(
+        "SELECT COUNT(*) FROM deployments WHERE organisation_id = $1 AND type = $2 AND id <> $3",
+    )
+    .bind(organisation_id)
+    .bind(kind)
+    .bind(other_than.unwrap_or(""))
+    .fetch_one(&mut **tx)
+    .await?
+    .try_get(0)?;
+    if held >= max {
+        return Err(AdminError::conflict(format!(
+            "the organisation already has {held} {kind} deployment(s), the most its settings \
+             allow ({setting}: {max}); delete one or raise the limit first"
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -279,6 +323,7 @@ mod tests {
         .unwrap();
         assert_eq!(old.api_key_default_expiry_days, Some(30));
         assert_eq!(old.user_api_keys_per_workspace_max, None);
+        assert_eq!(old.deployments_production_max, None);
         assert_eq!(old.access, AccessSettings::default());
         let d = serde_json::to_value(OrganisationSettings::default()).unwrap();
         assert_eq!(
@@ -287,6 +332,8 @@ mod tests {
                 "api_key_default_expiry_days": 365,
                 "api_key_max_expiry_days": 730,
                 "user_api_keys_per_workspace_max": null,
+                "deployments_production_max": null,
+                "deployments_non_production_max": null,
                 "membersViewPrompts": true,
                 "membersWritePrompts": false,
                 "managersViewPrompts": true,

@@ -11,9 +11,9 @@
 //!   or, as a fallback and for SQLite, by polling the version (every second by default).
 //! - A request reads the current snapshot: a pointer load and a hash lookup, no query.
 //!
-//! Each rebuild reads everything (providers joined with their integrations, configs with their
-//! current version, keys, workspaces, policies): simple, and fast enough for the thousands of
-//! rows a control plane holds.
+//! Each rebuild reads everything (providers joined with their integrations and the
+//! integrations' priced models, configs with their current version, keys, workspaces,
+//! policies): simple, and fast enough for the thousands of rows a control plane holds.
 //!
 //! A provider is served while it is `active` or `exhausted` (not `expired`, nor past its
 //! `expires_at`), with its own rate limits, budget and counted usage: the data plane's
@@ -427,6 +427,8 @@ impl Store {
         .await?;
         // Secrets of an integration are decrypted once, however many providers use it.
         let mut secrets: HashMap<String, Option<Secrets>> = HashMap::new();
+        // The priced models of each integration, which price requests through its providers.
+        let model_prices = super::integration_models::model_prices(&self.db).await?;
         for r in &rows {
             let slug: String = r.try_get("slug")?;
             let integration: String = r.try_get("integration_id")?;
@@ -487,6 +489,7 @@ impl Store {
                 rate_limits: limits.rate_limits,
                 usage_limits: limits.usage_limits,
                 counted: limits.counted,
+                model_prices: model_prices.get(&integration).cloned().unwrap_or_default(),
             };
             snapshot.providers.insert(
                 slug,

@@ -268,9 +268,18 @@ impl App {
         .await
     }
 
-    /// How many audit records the organisation has.
+    /// How many audit records of changes there are: refused calls (action `refused`, which
+    /// every 401 and 403 leaves) are not counted; see [`App::refused_count`].
     pub async fn audit_count(&self) -> i64 {
-        sqlx::query_scalar("SELECT COUNT(*) FROM audit_logs")
+        sqlx::query_scalar("SELECT COUNT(*) FROM audit_logs WHERE action <> 'refused'")
+            .fetch_one(self.store.db().pool())
+            .await
+            .expect("count")
+    }
+
+    /// How many records of refused calls there are (one by one and summaries).
+    pub async fn refused_count(&self) -> i64 {
+        sqlx::query_scalar("SELECT COUNT(*) FROM audit_logs WHERE action = 'refused'")
             .fetch_one(self.store.db().pool())
             .await
             .expect("count")

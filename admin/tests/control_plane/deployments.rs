@@ -377,4 +377,177 @@ async fn permissions(db: TestDb) {
     assert_eq!((s, code(&got)), (400, "AB01"), "{got}");
 }
 
-crate::on_both_databases!(crud_and_type_filter, bad_input, permissions);
+/// `deployments_production_max` and `deployments_non_production_max`: each type counted apart,
+/// one too many refused with 409 naming the type and the limit (nothing made, nothing
+/// recorded), a type change counted against the new type, 0 allowing none, null no limit.
+async fn limits_per_type(db: TestDb) {
+    let app = App::start(db).await;
+    let set = |body: Value| {
+        let app = &app;
+        async move {
+            let (s, got) = app.admin("PUT", "/v1/admin/settings", Some(body)).await;
+            assert_eq!(s, 200, "{got}");
+        }
+    };
+    let make = |slug: &str, kind: &str| {
+        let app = &app;
+        let body = json!({"name": slug, "slug": slug, "type": kind});
+        async move { app.admin("POST", "/v1/deployments", Some(body)).await }
+    };
+    set(json!({"deployments_production_max": 1, "deployments_non_production_max": 2})).await;
+    let (_, got) = app.admin("GET", "/v1/admin/settings", None).await;
+    assert_eq!(got["deployments_production_max"], 1, "{got}");
+    assert_eq!(got["deployments_non_production_max"], 2, "{got}");
+
+    assert_eq!(make("prod-1", "production").await.0, 200);
+    let before = app.audit_count().await;
+    let (s, got) = make("prod-2", "production").await;
+    assert_eq!((s, code(&got)), (409, "AB07"), "{got}");
+    assert_eq!(
+        message(&got),
+        "the organisation already has 1 production deployment(s), the most its settings allow \
+         (deployments_production_max: 1); delete one or raise the limit first"
+    );
+    assert_eq!(
+        app.audit_count().await,
+        before,
+        "a refusal records no change"
+    );
+    let (s, _) = app.admin("GET", "/v1/deployments/prod-2", None).await;
+    assert_eq!(s, 404, "nothing was made");
+    // The other type has its own count.
+    assert_eq!(make("dev-1", "non-production").await.0, 200);
+    assert_eq!(make("dev-2", "non-production").await.0, 200);
+    let (s, got) = make("dev-3", "non-production").await;
+    assert_eq!((s, code(&got)), (409, "AB07"), "{got}");
+    assert!(
+        message(&got).contains("2 non-production deployment(s)")
+            && message(&got).contains("deployments_non_production_max: 2"),
+        "{got}"
+    );
+
+    // A type change counts against the new type; a change that keeps the type does not.
+    let (s, got) = app
+        .admin(
+            "PUT",
+            "/v1/deployments/dev-1",
+            Some(json!({"type": "production"})),
+        )
+        .await;
+    assert_eq!((s, code(&got)), (409, "AB07"), "{got}");
+    assert!(
+        message(&got).contains("deployments_production_max: 1"),
+        "{got}"
+    );
+    let (_, dev1) = app.admin("GET", "/v1/deployments/dev-1", None).await;
+    assert_eq!(dev1["type"], "non-production", "unchanged");
+    for body in [
+        json!({"type": "production", "name": "Prod one"}),
+        json!({"type": "non-production", "name": "Dev two"}),
+    ] {
+        let slug = if body["type"] == "production" {
+            "prod-1"
+        } else {
+            "dev-2"
+        };
+        let (s, got) = app
+            .admin("PUT", &format!("/v1/deployments/{slug}"), Some(body))
+            .await;
+        assert_eq!((s, &got), (200, &json!({})), "{slug}");
+    }
+    // Moving the production one to non-production frees its slot and fills the other type.
+    set(json!({"deployments_non_production_max": 3})).await;
+    let (s, got) = app
+        .admin(
+            "PUT",
+            "/v1/deployments/prod-1",
+            Some(json!({"type": "non-production"})),
+        )
+        .await;
+    assert_eq!(s, 200, "{got}");
+    assert_eq!(make("prod-2", "production").await.0, 200);
+    assert_eq!(make("dev-4", "non-production").await.0, 409);
+
+    // 0 allows none; a deletion frees a slot; null lifts the limit.
+    set(json!({"deployments_production_max": 0})).await;
+    assert_eq!(make("prod-3", "production").await.0, 409);
+    set(json!({"deployments_production_max": 2})).await;
+    assert_eq!(make("prod-3", "production").await.0, 200);
+    assert_eq!(make("prod-4", "production").await.0, 409);
+    let (s, _) = app.admin("DELETE", "/v1/deployments/prod-3", None).await;
+    assert_eq!(s, 200);
+    assert_eq!(make("prod-4", "production").await.0, 200);
+    set(json!({"deployments_production_max": null, "deployments_non_production_max": null})).await;
+    for i in 5..8 {
+        assert_eq!(make(&format!("prod-{i}"), "production").await.0, 200);
+    }
+    let (_, list) = app
+        .admin("GET", "/v1/deployments?type=production", None)
+        .await;
+    assert_eq!(list["total"], 5, "{list}");
+
+    // The settings' bounds.
+    for (body, want) in [
+        (
+            json!({"deployments_production_max": -1}),
+            "deployments_production_max: must be between 0 and 10000, or null; got -1",
+        ),
+        (
+            json!({"deployments_non_production_max": 10001}),
+            "deployments_non_production_max: must be between 0 and 10000, or null; got 10001",
+        ),
+        (
+            json!({"deployments_production_max": "1"}),
+            "deployments_production_max: invalid type",
+        ),
+    ] {
+        let (s, got) = app
+            .admin("PUT", "/v1/admin/settings", Some(body.clone()))
+            .await;
+        assert_eq!((s, code(&got)), (400, "AB01"), "{body}: {got}");
+        assert!(message(&got).contains(want), "{body}: {got}");
+    }
+}
+
+/// Concurrent creations cannot exceed a type's limit (the organisation's row serialises them).
+async fn limits_hold_under_concurrency(db: TestDb) {
+    let app = std::sync::Arc::new(App::start(db).await);
+    let (s, _) = app
+        .admin(
+            "PUT",
+            "/v1/admin/settings",
+            Some(json!({"deployments_production_max": 3})),
+        )
+        .await;
+    assert_eq!(s, 200);
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let app = app.clone();
+        tasks.push(tokio::spawn(async move {
+            let body =
+                json!({"name": format!("p{i}"), "slug": format!("p{i}"), "type": "production"});
+            app.admin("POST", "/v1/deployments", Some(body)).await.0
+        }));
+    }
+    let mut made = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            200 => made += 1,
+            409 => {}
+            other => panic!("unexpected status {other}"),
+        }
+    }
+    assert_eq!(made, 3);
+    let (_, list) = app
+        .admin("GET", "/v1/deployments?type=production", None)
+        .await;
+    assert_eq!(list["total"], 3, "{list}");
+}
+
+crate::on_both_databases!(
+    crud_and_type_filter,
+    bad_input,
+    permissions,
+    limits_per_type,
+    limits_hold_under_concurrency,
+);

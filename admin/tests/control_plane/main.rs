@@ -10,6 +10,7 @@ mod authorisation;
 mod bootstrap;
 mod configs;
 mod deployments;
+mod integration_models;
 mod integrations;
 mod logs;
 mod members;

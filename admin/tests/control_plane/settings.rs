@@ -30,6 +30,8 @@ async fn organisation_defaults_and_updates(db: TestDb) {
             "api_key_default_expiry_days": 365,
             "api_key_max_expiry_days": 730,
             "user_api_keys_per_workspace_max": null,
+            "deployments_production_max": null,
+            "deployments_non_production_max": null,
             "membersViewPrompts": true,
             "membersWritePrompts": false,
             "managersViewPrompts": true,

@@ -163,7 +163,7 @@ async fn users_list_get_update_delete(db: TestDb) {
     assert_eq!(
         app.audit_count().await,
         before + 1,
-        "refusals are not recorded"
+        "refusals change nothing (they are recorded as refused only)"
     );
 
     // Removal: the user's keys stop working, their memberships go.
@@ -216,7 +216,21 @@ async fn users_list_get_update_delete(db: TestDb) {
         .iter()
         .map(|r| r["action"].as_str().unwrap())
         .collect();
-    assert_eq!(actions, ["delete", "update"], "{logs}");
+    // Newest first: the refused delete and update of the owner are there too, by the admin key.
+    assert_eq!(
+        actions,
+        ["refused", "delete", "refused", "update"],
+        "{logs}"
+    );
+    let refused = &logs["records"][0];
+    assert_eq!(refused["response_status_code"], 403, "{refused}");
+    assert_eq!(refused["method"], "DELETE", "{refused}");
+    assert_eq!(refused["uri"], owner_path.as_str(), "{refused}");
+    assert_eq!(
+        refused["api_key_id"],
+        app.admin_key_id.as_str(),
+        "{refused}"
+    );
 }
 
 async fn invite_flow_end_to_end(db: TestDb) {

@@ -8,6 +8,7 @@ mod control_plane;
 mod enforcement;
 mod guardrails;
 mod hostile;
+mod integration_models;
 mod jwt;
 mod observability;
 mod passthrough;

@@ -4,7 +4,9 @@
 //!
 //! Used by the `usage_limit` plugin to estimate a request's cost before it is sent and to price
 //! it once the provider reported its usage; other plugins may price with
-//! [`PriceTable::shipped`] too.
+//! [`PriceTable::shipped`] too. A saved provider's own prices (its integration's priced
+//! models, `ProviderRecord::model_prices`) come before any table: [`listed_price`] finds a
+//! model among them the same way.
 //!
 //! A model is found in this order, the first hit winning:
 //! 1. the provider's row for exactly that model;
@@ -25,6 +27,7 @@ use std::sync::OnceLock;
 
 use serde::Deserialize;
 
+use plugin_sdk::store::ModelPrice;
 use plugin_sdk::{ConfigIssue, Usage};
 
 /// The shipped table: see `prices.json`.
@@ -325,6 +328,45 @@ impl PriceTable {
     }
 }
 
+/// The price of `model` among a saved provider's own per-model prices (its integration's
+/// priced models, [`ModelPrice`]), found as in a price table: the exact model first, then the
+/// longest listed model it extends by a version (`gpt-4o` prices `gpt-4o-2024-08-06`), with the
+/// model as given, without a Bedrock cross-region prefix, then without a vendor path; names
+/// compare case-insensitively. `None` when no row matches. The rows are one integration's
+/// (a few, usually): they are scanned, without allocating, rather than indexed.
+pub fn listed_price(rows: &[ModelPrice], model: &str) -> Option<Price> {
+    if rows.is_empty() {
+        return None;
+    }
+    let price = |r: &ModelPrice| Price {
+        input_per_million: r.input_per_million,
+        output_per_million: r.output_per_million,
+    };
+    candidates(model).iter().find_map(|name| {
+        if let Some(r) = rows
+            .iter()
+            .find(|r| r.model.trim().eq_ignore_ascii_case(name))
+        {
+            return Some(price(r));
+        }
+        let mut best: Option<(usize, &ModelPrice)> = None;
+        for r in rows {
+            let listed = r.model.trim();
+            // `name` is lowercase; `get` refuses a cut inside a character.
+            let extends = !listed.is_empty()
+                && name
+                    .get(..listed.len())
+                    .is_some_and(|head| head.eq_ignore_ascii_case(listed))
+                && is_version_suffix(&name[listed.len()..]);
+            // The longest prefix; the first listed among equals.
+            if extends && best.is_none_or(|(len, _)| listed.len() > len) {
+                best = Some((listed.len(), r));
+            }
+        }
+        best.map(|(_, r)| price(r))
+    })
+}
+
 /// Whether `rest`, what follows a row's model name, names a version of that model rather than
 /// another model (`-2024-08-06`, `@20241022`, `-v1:0`, `-latest`; not `-mini`).
 fn is_version_suffix(rest: &str) -> bool {
@@ -601,6 +643,44 @@ mod tests {
             again.cost_for_target(Some("my-azure"), "openai", "gpt-4o", usage(1_000_000, 0)),
             7.0
         ));
+    }
+
+    #[test]
+    fn listed_prices_match_like_the_table() {
+        let row = |model: &str, input: f64| ModelPrice {
+            model: model.into(),
+            input_per_million: input,
+            output_per_million: 2.0 * input,
+        };
+        let rows = vec![
+            row("GPT-4o", 1.0),
+            row("gpt-4o-mini", 3.0),
+            row("anthropic.claude-3-haiku", 5.0),
+            row("mock-model", 7.0),
+        ];
+        let input = |model: &str| listed_price(&rows, model).map(|p| p.input_per_million);
+        // Exact, case-insensitive; the output price comes along.
+        assert_eq!(
+            listed_price(&rows, "gpt-4o"),
+            Some(Price {
+                input_per_million: 1.0,
+                output_per_million: 2.0
+            })
+        );
+        assert_eq!(input("mock-model"), Some(7.0));
+        // A dated version takes the longest listed prefix; another model does not.
+        assert_eq!(input("gpt-4o-2024-08-06"), Some(1.0));
+        assert_eq!(input("gpt-4o-mini-2024-07-18"), Some(3.0));
+        assert_eq!(input("gpt-4o-future"), None);
+        assert_eq!(input("mock-model-2"), Some(7.0));
+        // A vendor path and a cross-region prefix are stripped.
+        assert_eq!(input("openai/gpt-4o"), Some(1.0));
+        assert_eq!(
+            input("us.anthropic.claude-3-haiku-20240307-v1:0"),
+            Some(5.0)
+        );
+        assert_eq!(input("unlisted"), None);
+        assert_eq!(listed_price(&[], "gpt-4o"), None);
     }
 
     #[test]

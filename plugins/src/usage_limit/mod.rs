@@ -15,8 +15,10 @@
 //!   in `on_route` for each attempt through a saved provider with a budget not held yet (see
 //!   below).
 //!
-//! Each budget counts `cost` (US dollars from the [price table](crate::pricing)), `tokens`
-//! (prompt + completion as the provider reported them) or `requests`, per reset period
+//! Each budget counts `cost` (US dollars: through a saved provider, its integration's model
+//! prices set through the control plane first; then the YAML's `prices`, then the shipped
+//! [price table](crate::pricing)), `tokens` (prompt + completion as the provider reported
+//! them) or `requests`, per reset period
 //! ([`UsageLimit::period_at`]) and reset epoch: a new period or a manual reset starts a fresh
 //! counter, seeded with what the control plane had counted so a restart forgets no spend.
 //!
@@ -40,8 +42,9 @@
 //!   (`usage_limits.alert` when usage reaches `alert_threshold`, `usage_limits.exhausted` at
 //!   the limit; once per period per budget per instance) to a background writer.
 //!
-//! A model the price table does not know reserves and costs 0 against `cost` budgets (a
-//! warning names it once): add it to `prices`.
+//! A model no price knows reserves and costs 0 against `cost` budgets (a warning names it
+//! once): price it on its integration (`PUT /v1/integrations/{slug}/models`) or add it to
+//! `prices`.
 //!
 //! Counters live in-process or in Redis (`backend`); see `ledger.rs` and `redis.rs`. When the
 //! store cannot be reached, `on_backend_error` lets the request through unchecked (`allow`,
@@ -79,7 +82,7 @@ use plugin_sdk::{
 };
 
 use crate::limits::matching::{in_workspace, matches, value_key, Subject};
-use crate::pricing::PriceTable;
+use crate::pricing::{self, Price, PriceTable};
 
 pub use config::{Backend, OnBackendError, UsageLimitConfig};
 pub use ledger::{Hold, Ledger, MemoryLedger, Reserve, Settle};
@@ -477,7 +480,7 @@ impl UsageLimitPlugin {
             .as_deref()
             .or_else(|| planned.and_then(target_model))
             .or(cx.requested_model())?;
-        let cost = self.prices.cost_for_target(slug, provider, model, usage);
+        let cost = self.price_of(slug, provider, model).map(|p| p.cost(usage));
         if cost.is_none()
             && self
                 .shared
@@ -496,9 +499,18 @@ impl UsageLimitPlugin {
         let Some(model) = model else { return 0.0 };
         let slug = planned.and_then(|t| t.slug.as_deref());
         let provider = planned.map_or("", |t| t.provider.as_str());
-        self.prices
-            .cost_for_target(slug, provider, model, usage)
-            .unwrap_or(0.0)
+        self.price_of(slug, provider, model)
+            .map_or(0.0, |p| p.cost(usage))
+    }
+
+    /// The price of `model` served by `provider`, through the saved provider `slug` if any:
+    /// that provider's integration prices (set through the control plane) first, then the
+    /// YAML's `prices` (its slug's rows, then its provider's), then the shipped table.
+    fn price_of(&self, slug: Option<&str>, provider: &str, model: &str) -> Option<Price> {
+        let listed = slug
+            .and_then(|s| self.providers.provider(s))
+            .and_then(|record| pricing::listed_price(&record.model_prices, model));
+        listed.or_else(|| self.prices.price_for_target(slug, provider, model))
     }
 
     /// Sets `cx.response.cost` once the usage is known (again when it changes mid-stream).
@@ -810,11 +822,8 @@ impl Plugin for UsageLimitPlugin {
         let cost = match applied.kind {
             UsageKind::Cost => target_model(target)
                 .or(cx.requested_model())
-                .and_then(|model| {
-                    self.prices
-                        .cost_for_target(Some(slug), &target.provider, model, usage)
-                })
-                .unwrap_or(0.0),
+                .and_then(|model| self.price_of(Some(slug), &target.provider, model))
+                .map_or(0.0, |p| p.cost(usage)),
             _ => 0.0,
         };
         let amount = applied.amount(1.0, Some(usage), Some(cost));

@@ -17,6 +17,7 @@ use plugin_sdk::access::{
 use plugin_sdk::headers::GwHeaders;
 use plugin_sdk::llm::LlmRequest;
 use plugin_sdk::sinks::{AuditEvent, ControlPlaneSink, LogRecord, UsageCharge};
+use plugin_sdk::store::ModelPrice;
 use plugin_sdk::{PluginDescriptor, ProviderRecord, Route};
 
 use super::*;
@@ -58,6 +59,26 @@ impl FakeProviders {
             provider: "openai".into(),
             usage_limits: limit,
             counted,
+            ..ProviderRecord::default()
+        };
+        self.0.lock().unwrap().insert(slug.into(), Arc::new(record));
+    }
+}
+
+impl FakeProviders {
+    /// Saves a provider of OpenAI without a budget whose integration prices these models.
+    fn save_priced(&self, slug: &str, prices: &[(&str, f64, f64)]) {
+        let record = ProviderRecord {
+            slug: slug.into(),
+            provider: "openai".into(),
+            model_prices: prices
+                .iter()
+                .map(|&(model, input, output)| ModelPrice {
+                    model: model.into(),
+                    input_per_million: input,
+                    output_per_million: output,
+                })
+                .collect(),
             ..ProviderRecord::default()
         };
         self.0.lock().unwrap().insert(slug.into(), Arc::new(record));
@@ -629,6 +650,52 @@ async fn a_saved_providers_prices_apply_through_it() {
     });
     let mut chunk = Chunk { data: Bytes::new() };
     e.plugin.on_chunk(&mut cx, &mut chunk).unwrap();
+    assert_eq!(cx.response.cost, Some(2.5));
+}
+
+#[tokio::test]
+async fn an_integrations_prices_come_before_the_yaml_and_the_table() {
+    let e = env_with(
+        json!({"backend": "memory", "prices": [
+            {"slug": "priced", "model": "gpt-4o", "input_per_million": 5, "output_per_million": 5},
+            {"slug": "yaml-priced", "model": "gpt-4o", "input_per_million": 4, "output_per_million": 4},
+            {"provider": "openai", "model": "gpt-4o", "input_per_million": 3, "output_per_million": 3}
+        ]}),
+        None,
+    );
+    // Through @priced: $1 per prompt token, $2 per completion token, from its integration.
+    e.providers
+        .save_priced("priced", &[("gpt-4o", 1_000_000.0, 2_000_000.0)]);
+    // Its integration prices another model only: the YAML's slug row applies.
+    e.providers
+        .save_priced("yaml-priced", &[("other-model", 9.0, 9.0)]);
+    e.providers.save_priced("unpriced", &[]);
+    let p = principal(vec![budget("api_key:key-1", limit(UsageKind::Cost, 30.0))]);
+    let mut cx = through(chat(Some(p.clone()), 10), "priced");
+    e.plugin.on_request(&mut cx).await.unwrap();
+    // The estimate is priced the integration's way: 2 prompt + 10 completion tokens = $22.
+    let err = refused(&e.plugin, &mut through(chat(Some(p.clone()), 10), "priced")).await;
+    assert!(
+        err.message.contains("has used 0 of 30 USD (22 more held"),
+        "{}",
+        err.message
+    );
+    // The answer's dated model is priced by the listed `gpt-4o`.
+    finish(&e.plugin, &mut cx, 200, Some((3, 2))).await;
+    assert_eq!(cx.response.cost, Some(7.0));
+    eventually("the charge", || e.sink.charged("api_key:key-1") == 7.0).await;
+
+    let million = Some((1_000_000, 0));
+    for (slug, want) in [("yaml-priced", 4.0), ("unpriced", 3.0)] {
+        let mut cx = through(chat(None, 10), slug);
+        finish(&e.plugin, &mut cx, 200, million).await;
+        assert_eq!(cx.response.cost, Some(want), "through @{slug}");
+    }
+    // Without the YAML's rows, the shipped table: gpt-4o costs $2.5 per million input tokens.
+    let e = env();
+    e.providers.save_priced("unpriced", &[]);
+    let mut cx = through(chat(None, 10), "unpriced");
+    finish(&e.plugin, &mut cx, 200, million).await;
     assert_eq!(cx.response.cost, Some(2.5));
 }
 
