@@ -226,6 +226,10 @@ pub fn flush_all(timeout: Duration) -> bool {
 /// The sending side: what the plugin holds.
 pub struct Queue {
     tx: mpsc::Sender<Entry>,
+    /// Woken when a batch is waiting: the writer does not wake for each record (a wake-up per
+    /// request costs the request thread a context switch on a busy machine).
+    full: Arc<tokio::sync::Notify>,
+    batch_size: usize,
     handle: Arc<WriterHandle>,
     dropped_full: IntCounter,
     dropped_error: IntCounter,
@@ -260,6 +264,9 @@ impl Queue {
             .map_err(|e| format!("cannot start the log writer's runtime: {e}"))?;
         let dropped_full = metrics.records_dropped_full.clone();
         let dropped_error = metrics.records_dropped_error.clone();
+        let full = Arc::new(tokio::sync::Notify::new());
+        let batch_size = settings.batch_size.max(1);
+        let writer_full = full.clone();
         let writer = Writer {
             sink,
             settings,
@@ -267,7 +274,7 @@ impl Queue {
         };
         std::thread::Builder::new()
             .name("gw-log-writer".into())
-            .spawn(move || runtime.block_on(writer.run(rx, control_rx)))
+            .spawn(move || runtime.block_on(writer.run(rx, control_rx, writer_full)))
             .map_err(|e| format!("cannot start the log writer's thread: {e}"))?;
         let handle = Arc::new(WriterHandle { control });
         if let Ok(mut list) = writers().lock() {
@@ -276,6 +283,8 @@ impl Queue {
         }
         Ok(Queue {
             tx,
+            full,
+            batch_size,
             handle,
             dropped_full,
             dropped_error,
@@ -285,7 +294,11 @@ impl Queue {
     /// Hands a record to the writer without waiting; a full queue drops it (counted).
     pub fn push(&self, entry: Entry) {
         match self.tx.try_send(entry) {
-            Ok(()) => {}
+            Ok(()) => {
+                if self.tx.max_capacity() - self.tx.capacity() >= self.batch_size {
+                    self.full.notify_one();
+                }
+            }
             Err(mpsc::error::TrySendError::Full(_)) => self.dropped_full.inc(),
             // The writer is gone (its thread died): nothing will write this record.
             Err(mpsc::error::TrySendError::Closed(_)) => self.dropped_error.inc(),
@@ -329,6 +342,7 @@ impl Writer {
         self,
         mut rx: mpsc::Receiver<Entry>,
         mut control: mpsc::UnboundedReceiver<Control>,
+        full: Arc<tokio::sync::Notify>,
     ) {
         let batch_size = self.settings.batch_size.max(1);
         let mut buf: Vec<Entry> = Vec::with_capacity(batch_size);
@@ -336,8 +350,6 @@ impl Writer {
         let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            // Never 0: a full buffer is written before the next turn.
-            let room = batch_size - buf.len();
             tokio::select! {
                 biased;
                 order = control.recv() => match order {
@@ -363,26 +375,45 @@ impl Writer {
                         return;
                     }
                 },
-                received = rx.recv_many(&mut buf, room) => {
-                    if received == 0 {
-                        // Every sender is gone.
+                // A batch is waiting: write the whole batches, keep the rest for the tick.
+                _ = full.notified() => {
+                    let gone = take_queued(&mut rx, &mut buf);
+                    let whole = buf.len() - buf.len() % batch_size;
+                    let mut rest = buf.split_off(whole);
+                    self.write_all(&mut buf).await;
+                    buf.append(&mut rest);
+                    if gone {
                         self.write_all(&mut buf).await;
                         return;
                     }
-                    if buf.len() >= batch_size {
-                        self.write_all(&mut buf).await;
-                        tick.reset();
-                    }
+                    tick.reset();
                 }
                 _ = tick.tick() => {
+                    let gone = take_queued(&mut rx, &mut buf);
                     if !buf.is_empty() {
                         self.write_all(&mut buf).await;
+                    }
+                    if gone {
+                        return;
                     }
                 }
             }
         }
     }
+}
 
+/// Moves what is queued into `buf` without waiting; true when every sender is gone.
+fn take_queued(rx: &mut mpsc::Receiver<Entry>, buf: &mut Vec<Entry>) -> bool {
+    loop {
+        match rx.try_recv() {
+            Ok(e) => buf.push(e),
+            Err(mpsc::error::TryRecvError::Empty) => return false,
+            Err(mpsc::error::TryRecvError::Disconnected) => return true,
+        }
+    }
+}
+
+impl Writer {
     /// Takes everything left in the queue and writes it.
     async fn drain(&self, rx: &mut mpsc::Receiver<Entry>, buf: &mut Vec<Entry>) {
         rx.close();

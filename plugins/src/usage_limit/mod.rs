@@ -174,7 +174,19 @@ struct Shared {
     metrics: Metrics,
     /// Budget events (and unpriced-model warnings) this instance already sent.
     notified: moka::sync::Cache<String, ()>,
-    reports: mpsc::Sender<Report>,
+    /// `None` once dropped (see the `Drop`).
+    reports: Option<mpsc::Sender<Report>>,
+    /// Wakes the writer once [`Shared::wake_at`] reports wait (it also wakes on its own tick).
+    wake: Arc<tokio::sync::Notify>,
+    wake_at: usize,
+}
+
+impl Drop for Shared {
+    /// Closes the queue, then wakes the writer: it sends what is left and stops.
+    fn drop(&mut self) {
+        drop(self.reports.take());
+        self.wake.notify_one();
+    }
 }
 
 impl Shared {
@@ -183,10 +195,20 @@ impl Shared {
         if report.is_empty() {
             return;
         }
-        if let Err(e) = self.reports.try_send(report) {
-            self.metrics.dropped.with_label_values(&["report"]).inc();
-            tracing::warn!(target: "gateway::usage_limit", error = %e,
-                "the usage limit queue is full; settled usage dropped");
+        let Some(reports) = &self.reports else {
+            return;
+        };
+        match reports.try_send(report) {
+            Ok(()) => {
+                if reports.max_capacity() - reports.capacity() >= self.wake_at {
+                    self.wake.notify_one();
+                }
+            }
+            Err(e) => {
+                self.metrics.dropped.with_label_values(&["report"]).inc();
+                tracing::warn!(target: "gateway::usage_limit", error = %e,
+                    "the usage limit queue is full; settled usage dropped");
+            }
         }
     }
 
@@ -234,8 +256,10 @@ impl UsageLimitPlugin {
             }
         };
         let (tx, rx) = mpsc::channel(config.queue_capacity);
+        let wake = Arc::new(tokio::sync::Notify::new());
         let writer = report::run(
             rx,
+            wake.clone(),
             cx.sink.clone(),
             metrics.dropped.clone(),
             Duration::from_millis(config.flush_interval_ms),
@@ -254,7 +278,9 @@ impl UsageLimitPlugin {
                     .max_capacity(100_000)
                     .time_to_live(NOTIFIED_FOR)
                     .build(),
-                reports: tx,
+                reports: Some(tx),
+                wake,
+                wake_at: (config.queue_capacity / 4).max(1),
             }),
             access: cx.access.clone(),
             providers: cx.providers.clone(),

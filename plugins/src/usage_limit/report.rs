@@ -11,7 +11,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use prometheus::IntCounterVec;
-use tokio::sync::mpsc;
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, Notify};
 
 use plugin_sdk::sinks::{AuditEvent, SharedSink, UsageCharge};
 
@@ -55,9 +57,13 @@ impl Pending {
     }
 }
 
-/// Runs until every sender is gone, then sends what is left and returns.
+/// Runs until every sender is gone, then sends what is left and returns. It wakes every
+/// `flush_every` and when `wake` is notified (the senders do so once the queue holds many
+/// reports), never for each report: a wake-up per request would cost the request threads a
+/// context switch each on a busy machine.
 pub async fn run(
     mut rx: mpsc::Receiver<Report>,
+    wake: Arc<Notify>,
     sink: SharedSink,
     dropped: IntCounterVec,
     flush_every: Duration,
@@ -67,21 +73,26 @@ pub async fn run(
     let mut tick = tokio::time::interval(flush_every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::select! {
-            report = rx.recv() => match report {
-                Some(report) => {
+        let on_tick = tokio::select! {
+            _ = wake.notified() => false,
+            _ = tick.tick() => true,
+        };
+        let gone = loop {
+            match rx.try_recv() {
+                Ok(report) => {
                     pending.add_charges(report.charges);
                     pending.events.extend(report.events);
-                    if pending.len() >= FLUSH_AT {
-                        flush(&mut pending, &sink, &dropped, capacity).await;
-                    }
                 }
-                None => {
-                    flush(&mut pending, &sink, &dropped, 0).await;
-                    return;
-                }
-            },
-            _ = tick.tick() => flush(&mut pending, &sink, &dropped, capacity).await,
+                Err(mpsc::error::TryRecvError::Empty) => break false,
+                Err(mpsc::error::TryRecvError::Disconnected) => break true,
+            }
+        };
+        if gone {
+            flush(&mut pending, &sink, &dropped, 0).await;
+            return;
+        }
+        if on_tick || pending.len() >= FLUSH_AT {
+            flush(&mut pending, &sink, &dropped, capacity).await;
         }
     }
 }
@@ -195,8 +206,10 @@ mod tests {
         sink.failures.store(1, Ordering::SeqCst);
         let dropped = IntCounterVec::new(Opts::new("d", "d"), &["what"]).unwrap();
         let (tx, rx) = mpsc::channel(16);
+        let wake = Arc::new(Notify::new());
         let writer = tokio::spawn(run(
             rx,
+            wake.clone(),
             sink.clone(),
             dropped.clone(),
             Duration::from_millis(20),
@@ -216,7 +229,9 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "never sent");
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        // What the plugin's `Shared` does when dropped.
         drop(tx);
+        wake.notify_one();
         writer.await.unwrap();
         let batches = sink.batches.lock().unwrap().clone();
         let mut all: Vec<(String, f64)> = batches
@@ -241,8 +256,10 @@ mod tests {
         sink.failures.store(usize::MAX, Ordering::SeqCst);
         let dropped = IntCounterVec::new(Opts::new("d", "d"), &["what"]).unwrap();
         let (tx, rx) = mpsc::channel(16);
+        let wake = Arc::new(Notify::new());
         let writer = tokio::spawn(run(
             rx,
+            wake.clone(),
             sink.clone(),
             dropped.clone(),
             Duration::from_secs(3600),
@@ -254,7 +271,9 @@ mod tests {
         })
         .await
         .unwrap();
+        // What the plugin's `Shared` does when dropped.
         drop(tx);
+        wake.notify_one();
         writer.await.unwrap();
         assert!(sink.batches.lock().unwrap().is_empty());
         assert_eq!(dropped.with_label_values(&["charge"]).get(), 2);
