@@ -489,6 +489,38 @@ async fn every_request_is_logged_and_listed() {
         .await;
     assert_eq!(status, 200, "{one}");
     assert_eq!(one["trace_id"], "logged-trace-1");
+
+    // A refused request is logged too, with its status and reason and no caller.
+    let resp = env
+        .bare
+        .post(env.url("/v1/chat/completions"))
+        .header("x-gw-api-key", "not-a-key")
+        .header("x-gw-provider", "@mock")
+        .header("x-gw-trace-id", "refused-trace-1")
+        .json(&hello("log me"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 401);
+    let list = eventually("the refused request's record", || async {
+        let (_, list) = env
+            .admin_call(
+                Method::GET,
+                "/v1/logs?trace_id=refused-trace-1",
+                Some(ADMIN_KEY),
+                None,
+            )
+            .await;
+        (list["total"] == 1).then_some(list)
+    })
+    .await;
+    let record = &list["data"][0];
+    assert_eq!(record["status_code"], 401, "{record}");
+    assert_eq!(record["api_key_id"], Value::Null, "{record}");
+    assert!(
+        record["error"].as_str().unwrap().contains("x-gw-api-key"),
+        "{record}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

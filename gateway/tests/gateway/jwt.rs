@@ -1,5 +1,6 @@
 //! JWTs instead of API keys: a token signed by a key of the configured JWKS is a caller of its
-//! workspace with its own limits; refused tokens are 401s recorded in the audit log.
+//! workspace with its own limits; refused tokens (401, or 403 without the gateway's scope) are
+//! recorded in the audit log.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -65,21 +66,35 @@ async fn tokens_are_callers_with_their_own_limits_and_refusals_are_audited() {
     assert_eq!(env.chat_as(&token, &hello("x"), &[]).await.status(), 200);
     expect_error(env.chat_as(&token, &hello("x"), &[]).await, 429, None).await;
 
-    // Expired, signed by another key, for another audience: 401 with the reason.
-    for (token, reason) in [
+    // Expired, signed by another key, for another audience: 401 with the reason; a valid token
+    // without completions.write: 403.
+    let mut refused = Vec::new();
+    for (token, status, reason) in [
         (
             sign(RSA, &claims(json!({"sub": "bob", "exp": now() - 3600}))),
+            401,
             "expired",
         ),
-        (sign(OTHER_RSA, &claims(json!({"sub": "bob"}))), "signature"),
+        (
+            sign(OTHER_RSA, &claims(json!({"sub": "bob"}))),
+            401,
+            "signature",
+        ),
         (
             sign(RSA, &claims(json!({"sub": "bob", "aud": "elsewhere"}))),
+            401,
             "audience",
         ),
+        (
+            sign(RSA, &claims(json!({"sub": "bob", "scope": "logs.list"}))),
+            403,
+            "completions.write",
+        ),
     ] {
-        let body = expect_error(env.chat_as(&token, &hello("x"), &[]).await, 401, None).await;
+        let body = expect_error(env.chat_as(&token, &hello("x"), &[]).await, status, None).await;
         let message = body["error"]["message"].as_str().unwrap().to_lowercase();
         assert!(message.contains(reason), "{reason}: {body}");
+        refused.push(token);
     }
     assert_eq!(env.mock.request_count(), 1);
 
@@ -95,10 +110,22 @@ async fn tokens_are_callers_with_their_own_limits_and_refusals_are_audited() {
             )
             .await;
         assert_eq!(status, 200, "{logs}");
-        if logs["total"] == 3 {
+        if logs["total"] == 4 {
             let text = logs.to_string();
-            assert!(!text.contains(&token), "the token was recorded");
-            assert_eq!(logs["records"][0]["response_status_code"], 401, "{logs}");
+            for token in &refused {
+                assert!(
+                    !text.contains(token.as_str()),
+                    "a refused token was recorded"
+                );
+            }
+            let mut statuses: Vec<i64> = logs["records"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["response_status_code"].as_i64().unwrap())
+                .collect();
+            statuses.sort_unstable();
+            assert_eq!(statuses, [401, 401, 401, 403], "{logs}");
             break;
         }
         assert!(tokio::time::Instant::now() < deadline, "{logs}");

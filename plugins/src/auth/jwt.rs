@@ -21,6 +21,9 @@ use super::AuthMetrics;
 /// from the client).
 const MAX_ECHO: usize = 64;
 
+/// How long a request with an unknown `kid` waits for the early JWKS fetch it started.
+const EARLY_REFRESH_WAIT: Duration = Duration::from_secs(2);
+
 /// Whether a credential has the shape of a JWT: three non-empty base64url segments.
 pub fn looks_like_jwt(value: &str) -> bool {
     let mut segments = 0;
@@ -59,6 +62,8 @@ pub enum Failure {
         claim: String,
         problem: String,
     },
+    /// A valid token whose scopes do not allow calling the gateway (a 403, not a 401).
+    MissingScope(String),
 }
 
 impl Failure {
@@ -76,6 +81,7 @@ impl Failure {
             Failure::WrongAudience => "wrong_audience",
             Failure::MissingClaim(_) => "missing_claim",
             Failure::BadClaim { .. } => "bad_claim",
+            Failure::MissingScope(_) => "missing_scope",
         }
     }
 
@@ -93,6 +99,9 @@ impl Failure {
             Failure::WrongAudience => "wrong audience (aud)".into(),
             Failure::MissingClaim(c) => format!("the token lacks the claim {c}"),
             Failure::BadClaim { claim, problem } => format!("claim {claim}: {problem}"),
+            Failure::MissingScope(scope) => {
+                format!("the token lacks the scope {scope}, which calls to the gateway need")
+            }
         }
     }
 }
@@ -295,7 +304,9 @@ impl JwtAuth {
         let job = self.background.handle().spawn(async move {
             let _ = keys.install(&source, jwks::fetch(&client, &url).await);
         });
-        let _ = job.await;
+        // The request waits a little for the new keys, not for a slow identity provider: the
+        // fetch goes on in the background and the keys serve the next requests.
+        let _ = tokio::time::timeout(EARLY_REFRESH_WAIT, job).await;
     }
 
     /// The configured claim names.

@@ -296,10 +296,8 @@ impl Auth {
             .identity(&verified.claims)
             .map_err(|f| self.refuse_jwt(jwt, cx, f, verified.kid.clone()))?;
         if !api_key::grants(&identity.scopes, true, api_key::GATEWAY_SCOPE) {
-            return Err(forbidden(format!(
-                "the token lacks the scope {}, which calls to the gateway need",
-                api_key::GATEWAY_SCOPE
-            )));
+            let failure = Failure::MissingScope(api_key::GATEWAY_SCOPE.to_owned());
+            return Err(self.refuse_jwt(jwt, cx, failure, verified.kid.clone()));
         }
         // A workspace the snapshot does not know (a deployment without a control plane) still
         // names the caller; it only brings no defaults or limits.
@@ -355,7 +353,8 @@ impl Auth {
         Ok(())
     }
 
-    /// The 401 of a refused token, with its audit event queued.
+    /// The answer to a refused token (401; 403 for a valid token without the gateway's scope),
+    /// with its audit event queued.
     fn refuse_jwt(
         &self,
         jwt: &JwtAuth,
@@ -364,6 +363,11 @@ impl Auth {
         kid: Option<String>,
     ) -> GatewayError {
         let message = failure.message();
+        let status = if matches!(failure, Failure::MissingScope(_)) {
+            403
+        } else {
+            401
+        };
         jwt.audit().send(AuditEvent {
             action: "auth.jwt_rejected".into(),
             resource_type: "jwt".into(),
@@ -374,7 +378,7 @@ impl Auth {
             method: cx.method.as_str().to_owned(),
             uri: cx.path.clone(),
             request_id: cx.trace_id.clone(),
-            status: 401,
+            status,
             client_ip: cx.client_ip.map(|ip| ip.to_string()),
             details: json!({
                 "reason": failure.code(),
@@ -383,7 +387,11 @@ impl Auth {
                 "route": cx.route.as_str(),
             }),
         });
-        unauthorized(format!("invalid JWT: {message}"))
+        if status == 403 {
+            forbidden(message)
+        } else {
+            unauthorized(format!("invalid JWT: {message}"))
+        }
     }
 }
 

@@ -39,7 +39,8 @@ pub enum OnBackendError {
     /// Let the request through unchecked (its spend is still charged to the control plane).
     #[default]
     Allow,
-    /// Refuse it with a 500.
+    /// Refuse it with a 500 (also written `deny`, as `rate_limit` spells it).
+    #[serde(alias = "deny")]
     Refuse,
 }
 
@@ -64,6 +65,11 @@ pub struct UsageLimitConfig {
     /// beyond it new ones are dropped and counted. Default: 10000.
     #[serde(default = "default_queue_capacity")]
     pub queue_capacity: usize,
+    /// The in-process backend's bound on counters (one per budget, policy entity and period);
+    /// past it, after expired counters are swept, new ones fail as `on_backend_error` says.
+    /// Default: 1000000.
+    #[serde(default = "default_max_counters")]
+    pub max_counters: usize,
     /// How often settled usage is sent to the control plane, in milliseconds. Default: 1000.
     #[serde(default = "default_flush_interval_ms")]
     pub flush_interval_ms: u64,
@@ -80,6 +86,7 @@ impl Default for UsageLimitConfig {
             on_backend_error: OnBackendError::Allow,
             key_prefix: default_key_prefix(),
             queue_capacity: default_queue_capacity(),
+            max_counters: default_max_counters(),
             flush_interval_ms: default_flush_interval_ms(),
             prices: Vec::new(),
         }
@@ -102,10 +109,17 @@ fn default_flush_interval_ms() -> u64 {
     1_000
 }
 
+fn default_max_counters() -> usize {
+    super::ledger::DEFAULT_MAX_COUNTERS
+}
+
 impl UsageLimitConfig {
     /// Ranges and combinations; pure.
     pub fn issues(&self) -> Vec<ConfigIssue> {
         let mut issues = Vec::new();
+        if self.max_counters == 0 {
+            issues.push(ConfigIssue::new("max_counters", "must be at least 1"));
+        }
         if self.default_completion_tokens > 1_000_000 {
             issues.push(ConfigIssue::new(
                 "default_completion_tokens",

@@ -95,10 +95,26 @@ pub struct MemoryLedger {
     inner: Mutex<MemoryInner>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct MemoryInner {
     counters: HashMap<String, Counter>,
     ops: u64,
+    /// The most counters kept: a policy grouped by a client-chosen value (`metadata._user`)
+    /// must not grow memory without bound.
+    max_counters: usize,
+}
+
+/// The in-process ledger's default bound on counters.
+pub const DEFAULT_MAX_COUNTERS: usize = 1_000_000;
+
+impl Default for MemoryInner {
+    fn default() -> Self {
+        MemoryInner {
+            counters: HashMap::new(),
+            ops: 0,
+            max_counters: DEFAULT_MAX_COUNTERS,
+        }
+    }
 }
 
 /// Expired counters are swept every this many operations.
@@ -130,6 +146,20 @@ impl MemoryInner {
             self.counters
                 .retain(|_, c| c.expires.is_none_or(|e| e > now));
         }
+    }
+
+    /// Room for the counters `holds` would add; sweeps expired ones when the bound is reached.
+    fn room_for(&mut self, holds: &[Hold], now: Instant) -> bool {
+        let new = holds
+            .iter()
+            .filter(|h| !self.counters.contains_key(&h.key))
+            .count();
+        if self.counters.len() + new <= self.max_counters {
+            return true;
+        }
+        self.counters
+            .retain(|_, c| c.expires.is_none_or(|e| e > now));
+        self.counters.len() + new <= self.max_counters
     }
 
     fn reserve(&mut self, holds: &[Hold], now: Instant) -> Reserve {
@@ -172,6 +202,17 @@ impl MemoryLedger {
         MemoryLedger::default()
     }
 
+    /// A ledger that keeps at most `max_counters` counters; a reservation that needs more (after
+    /// expired ones are swept) fails like an unreachable store (`on_backend_error`).
+    pub fn with_max_counters(max_counters: usize) -> MemoryLedger {
+        MemoryLedger {
+            inner: Mutex::new(MemoryInner {
+                max_counters: max_counters.max(1),
+                ..MemoryInner::default()
+            }),
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, MemoryInner> {
         // A panic while holding the lock leaves consistent numbers (each step is one
         // assignment): keep counting.
@@ -187,7 +228,15 @@ impl MemoryLedger {
 #[async_trait]
 impl Ledger for MemoryLedger {
     async fn reserve(&self, holds: &[Hold]) -> Result<Reserve, String> {
-        Ok(self.lock().reserve(holds, Instant::now()))
+        let now = Instant::now();
+        let mut inner = self.lock();
+        if !inner.room_for(holds, now) {
+            return Err(format!(
+                "the in-process budget counters are full ({} kept; raise max_counters)",
+                inner.max_counters
+            ));
+        }
+        Ok(inner.reserve(holds, now))
     }
 
     async fn settle(&self, _token: &str, items: &[Settle]) -> Result<Vec<f64>, String> {
@@ -324,5 +373,30 @@ mod tests {
         assert_eq!(l.get("shared"), Some((0.0, 37.0)));
         // Only the granted requests hold on the other counter.
         assert_eq!(l.get("other"), Some((0.0, 18.5)));
+    }
+
+    #[tokio::test]
+    async fn the_counters_are_bounded_and_expired_ones_make_room() {
+        let l = MemoryLedger::with_max_counters(2);
+        let hold = |key: &str, ttl: Option<Duration>| Hold {
+            key: key.into(),
+            seed: 0.0,
+            amount: 1.0,
+            limit: 10.0,
+            ttl,
+        };
+        assert!(l.reserve(&[hold("a", None)]).await.is_ok());
+        assert!(l
+            .reserve(&[hold("b", Some(Duration::from_millis(1)))])
+            .await
+            .is_ok());
+        // Counters it already has go on at the bound.
+        assert!(l.reserve(&[hold("a", None)]).await.is_ok());
+        std::thread::sleep(Duration::from_millis(5));
+        // `b` expired: swept to make room for `c`.
+        assert!(l.reserve(&[hold("c", None)]).await.is_ok());
+        let err = l.reserve(&[hold("d", None)]).await.unwrap_err();
+        assert!(err.contains("max_counters"), "{err}");
+        assert!(l.get("b").is_none());
     }
 }

@@ -247,7 +247,9 @@ impl UsageLimitPlugin {
             .map_err(|e| format!("cannot start the usage limit runtime: {e}"))?;
         let handle = runtime.handle().clone();
         let ledger: Arc<dyn Ledger> = match (config.backend, cx.redis_url.as_deref()) {
-            (Backend::Memory, _) | (Backend::Auto, None) => Arc::new(MemoryLedger::new()),
+            (Backend::Memory, _) | (Backend::Auto, None) => {
+                Arc::new(MemoryLedger::with_max_counters(config.max_counters))
+            }
             (Backend::Auto | Backend::Redis, Some(url)) => {
                 Arc::new(RedisLedger::new(url, Some(handle.clone()))?)
             }
