@@ -93,6 +93,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "integration_models",
         include_str!("../migrations/0006_integration_models.sql"),
     ),
+    (
+        7,
+        "key_rotation",
+        include_str!("../migrations/0007_key_rotation.sql"),
+    ),
 ];
 
 /// The key of the PostgreSQL advisory lock that serialises migrations and bootstrap across
@@ -216,6 +221,7 @@ impl Db {
             }
             tracing::info!(version, name, "applying control-plane migration");
             tx.execute(sqlx::raw_sql(*sql)).await?;
+            after_migration(*version, &mut tx).await?;
             sqlx::query(
                 "INSERT INTO gw_schema_migrations (version, name, checksum, applied_at)
                  VALUES ($1, $2, $3, $4)",
@@ -234,6 +240,15 @@ impl Db {
     pub async fn close(&self) {
         self.pool.close().await;
     }
+}
+
+/// What a migration needs beyond its SQL, in its transaction: data that portable SQL cannot
+/// move (values inside JSON documents).
+async fn after_migration(version: i64, tx: &mut Tx) -> Result<()> {
+    if version == 7 {
+        crate::store::fill_next_rotation_at(tx).await?;
+    }
+    Ok(())
 }
 
 /// SQLite URLs are opened read-write-create unless they say otherwise; the file's folder is

@@ -1,7 +1,8 @@
 //! The control plane: organisations, workspaces, users, roles, API keys, policies, the audit
 //! log, configs, integrations and providers — an axum Router over sqlx
 //! (SQLite by default, PostgreSQL for shared deployments), served by the gateway on its own
-//! listener under `/v1`.
+//! listener under `/v1`, and on a listener of the control plane's own when one is asked for
+//! ([`ControlPlane::listen`]).
 //!
 //! - [`db`]: the pool, write transactions, migrations (one portable SQL folder);
 //! - [`store`]: every query; each write is one transaction with its audit record;
@@ -12,8 +13,9 @@
 //! - [`sink`]: where the data plane's plugins send audit events, settled usage and request logs;
 //! - [`api`]: the routes and their input checks ([`validate`]), errors in one place ([`error`]),
 //!   calls refused with 401 or 403 recorded in the audit log (bounded per second);
-//! - [`ControlPlane`]: what the gateway runs: the database, bootstrap, the key expiry worker,
-//!   the data plane's snapshot watcher and the router, on a runtime of their own.
+//! - [`ControlPlane`]: what the gateway runs: the database, bootstrap, the key expiry and
+//!   rotation workers, the data plane's snapshot watcher, the router and its own listener if
+//!   any, on a runtime of their own.
 
 pub mod api;
 pub mod authz;
@@ -26,6 +28,8 @@ pub mod store;
 pub mod time;
 pub mod validate;
 
+use std::net::SocketAddr;
+use std::sync::{mpsc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -61,7 +65,8 @@ pub fn is_control_plane_path(path: &str) -> bool {
     })
 }
 
-/// How often the expiry worker looks for keys past their `expires_at`.
+/// How often the expiry worker looks for keys past their `expires_at`, and the rotation worker
+/// for keys past their `next_rotation_at`.
 pub const DEFAULT_EXPIRY_INTERVAL: Duration = Duration::from_secs(60);
 
 /// What the control plane starts with.
@@ -69,6 +74,7 @@ pub const DEFAULT_EXPIRY_INTERVAL: Duration = Duration::from_secs(60);
 pub struct Options {
     pub database_url: String,
     pub bootstrap: BootstrapOptions,
+    /// How often the expiry and rotation workers run. Default: [`DEFAULT_EXPIRY_INTERVAL`].
     pub expiry_interval: Duration,
     /// The key of stored provider secrets (`GW_SECRET_KEY`, base64 of 32 bytes). Required with
     /// PostgreSQL; a SQLite database file otherwise keeps a generated one beside it.
@@ -78,6 +84,11 @@ pub struct Options {
     /// How often the data plane's snapshot is compared with the database (changes made by
     /// other instances; with PostgreSQL they are also notified at once).
     pub refresh_interval: Duration,
+    /// Whether [`ControlPlane::handle`] answers: it serves the requests the gateway receives on
+    /// its main listener. `false` answers each with a 404, as for a path the gateway does not
+    /// serve, so that the control plane is reachable only on its own listener
+    /// ([`ControlPlane::listen`]). Default: true.
+    pub on_gateway_listener: bool,
 }
 
 impl Options {
@@ -89,18 +100,30 @@ impl Options {
             secret_key: None,
             config_check: None,
             refresh_interval: store::snapshot::DEFAULT_REFRESH_INTERVAL,
+            on_gateway_listener: true,
         }
     }
 }
 
-/// The running control plane. Its database connections, its expiry worker and its handlers
-/// live on a small runtime of their own, so they do not depend on whichever runtime serves a
-/// request (Pingora runs several).
+/// The running control plane. Its database connections, its workers, its handlers and its own
+/// listener (if any) live on a small runtime of their own, so they do not depend on whichever
+/// runtime serves a request (Pingora runs several). Dropping it stops them all.
 pub struct ControlPlane {
     runtime: Option<tokio::runtime::Runtime>,
     store: Store,
     router: axum::Router,
     bootstrap: BootstrapOutcome,
+    on_gateway_listener: bool,
+    listener: Option<OwnListener>,
+}
+
+/// The control plane's own listener, served by a task on its runtime.
+struct OwnListener {
+    addr: SocketAddr,
+    /// `true` stops accepting and lets open connections finish their requests.
+    stop: tokio::sync::watch::Sender<bool>,
+    /// Closed (or sent to) when the server has finished.
+    stopped: Mutex<mpsc::Receiver<()>>,
 }
 
 impl ControlPlane {
@@ -146,6 +169,7 @@ impl ControlPlane {
             }
         }
         runtime.spawn(expiry_worker(store.clone(), options.expiry_interval));
+        runtime.spawn(rotation_worker(store.clone(), options.expiry_interval));
         runtime.spawn(store::snapshot::watch(
             store.clone(),
             options.database_url.clone(),
@@ -156,7 +180,88 @@ impl ControlPlane {
             router: router(store.clone()),
             store,
             bootstrap,
+            on_gateway_listener: options.on_gateway_listener,
+            listener: None,
         })
+    }
+
+    /// Serves the control plane's router on `addr` too (the gateway's `admin_listen`): plain
+    /// HTTP/1.1, on the control plane's runtime, each request's peer address recorded as its
+    /// [`ClientAddr`] (the audit log's `client_ip`). Only the control plane's paths are served
+    /// there; any other is its 404. The address is bound before this returns (an address in
+    /// use is an error naming it); returns the bound address (its port when `addr` asks for
+    /// port 0). Stops with [`ControlPlane::stop_listener`], or when the control plane is
+    /// dropped. One such listener per control plane.
+    pub fn listen(&mut self, addr: SocketAddr) -> Result<SocketAddr, AdminError> {
+        let Some(runtime) = &self.runtime else {
+            return Err(AdminError::internal("the control plane has stopped"));
+        };
+        if let Some(own) = &self.listener {
+            return Err(AdminError::internal(format!(
+                "the control plane already listens on {}",
+                own.addr
+            )));
+        }
+        // Bound here, synchronously, so that the caller learns of a failure.
+        let bound = std::net::TcpListener::bind(addr)
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            .map_err(|e| AdminError::internal(format!("cannot listen on {addr}: {e}")))?;
+        let local = bound.local_addr().unwrap_or(addr);
+        let (stop, mut stop_rx) = tokio::sync::watch::channel(false);
+        let (done, stopped) = mpsc::channel();
+        let app = self
+            .router
+            .clone()
+            .layer(axum::middleware::from_fn(client_addr_from_peer))
+            .into_make_service_with_connect_info::<SocketAddr>();
+        runtime.spawn(async move {
+            let listener = match tokio::net::TcpListener::from_std(bound) {
+                Ok(l) => l,
+                Err(e) => {
+                    tracing::error!(addr = %local, error = %e, "the control plane's listener failed");
+                    return;
+                }
+            };
+            // Ends on `true`, or when the sender is dropped with the control plane.
+            let stop = async move {
+                let _ = stop_rx.wait_for(|stop| *stop).await;
+            };
+            if let Err(e) = axum::serve(listener, app)
+                .with_graceful_shutdown(stop)
+                .await
+            {
+                tracing::error!(addr = %local, error = %e, "the control plane's listener failed");
+            }
+            let _ = done.send(());
+        });
+        tracing::info!(addr = %local, "control plane listening on its own address");
+        self.listener = Some(OwnListener {
+            addr: local,
+            stop,
+            stopped: Mutex::new(stopped),
+        });
+        Ok(local)
+    }
+
+    /// The address of the control plane's own listener, when it has one.
+    pub fn listen_addr(&self) -> Option<SocketAddr> {
+        self.listener.as_ref().map(|l| l.addr)
+    }
+
+    /// Stops the control plane's own listener gracefully: it stops accepting at once, idle
+    /// connections close, and requests under way may finish. Waits for them up to `wait`
+    /// (blocking the calling thread: call it outside async code); true when all finished, or
+    /// when there is no listener. The rest of the control plane runs on.
+    pub fn stop_listener(&self, wait: Duration) -> bool {
+        let Some(own) = &self.listener else {
+            return true;
+        };
+        own.stop.send_replace(true);
+        let stopped = own.stopped.lock().unwrap_or_else(|e| e.into_inner());
+        match stopped.recv_timeout(wait) {
+            Ok(()) | Err(mpsc::RecvTimeoutError::Disconnected) => true,
+            Err(mpsc::RecvTimeoutError::Timeout) => false,
+        }
     }
 
     pub fn store(&self) -> &Store {
@@ -190,8 +295,14 @@ impl ControlPlane {
         }
     }
 
-    /// Answers one request (its body already read) on the control plane's runtime.
+    /// Answers one request (its body already read) on the control plane's runtime: the
+    /// gateway's main listener hands its control-plane paths here. Started with
+    /// `on_gateway_listener: false`, it answers 404 instead, in the gateway's own error shape
+    /// for a path it does not serve.
     pub async fn handle(&self, req: http::Request<Bytes>) -> http::Response<Bytes> {
+        if !self.on_gateway_listener {
+            return not_served(&req);
+        }
         let Some(runtime) = &self.runtime else {
             return AdminError::internal("the control plane has stopped").to_http();
         };
@@ -219,11 +330,45 @@ impl ControlPlane {
 
 impl Drop for ControlPlane {
     fn drop(&mut self) {
-        // Dropping a runtime may happen inside another runtime: let it wind down on its own.
+        if let Some(own) = &self.listener {
+            own.stop.send_replace(true);
+        }
+        // Dropping a runtime may happen inside another runtime: let it wind down on its own
+        // (its tasks, the listener's among them, are dropped: the socket closes).
         if let Some(runtime) = self.runtime.take() {
             runtime.shutdown_background();
         }
     }
+}
+
+/// The answer of [`ControlPlane::handle`] when the control plane is not served on the
+/// gateway's listener: the 404 the gateway gives a path it does not serve.
+fn not_served(req: &http::Request<Bytes>) -> http::Response<Bytes> {
+    let err = plugin_sdk::GatewayError::new(
+        plugin_sdk::ErrorKind::NotFound,
+        format!("no route for {} {}", req.method(), req.uri().path()),
+    );
+    let mut resp = http::Response::new(Bytes::from(err.body().to_string()));
+    *resp.status_mut() = err.status();
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// On the control plane's own listener: the peer's address as the request's [`ClientAddr`]
+/// (an IPv4 peer of an IPv6 socket as its IPv4 address).
+async fn client_addr_from_peer(
+    mut req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let peer = req
+        .extensions()
+        .get::<axum::extract::ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip().to_canonical());
+    req.extensions_mut().insert(ClientAddr(peer));
+    next.run(req).await
 }
 
 /// The data plane's options of a start: the secret key, which PostgreSQL requires.
@@ -270,9 +415,42 @@ pub async fn expiry_worker(store: Store, every: Duration) {
     }
 }
 
+/// Every `every`, rotates the keys whose rotation policy's `next_rotation_at` has passed
+/// ([`Store::rotate_due_api_keys`]). Runs until its task is dropped. Several instances may run
+/// it on one database: each key is rotated once.
+pub async fn rotation_worker(store: Store, every: Duration) {
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match store.rotate_due_api_keys().await {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(keys = n, "API keys rotated by their rotation policy"),
+            Err(e) => tracing::warn!(error = %e, "the key rotation pass failed; retrying later"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn requests_off_the_gateway_listener_are_not_found() {
+        let req = http::Request::builder()
+            .method("POST")
+            .uri("/v1/admin/workspaces?x=1")
+            .body(Bytes::new())
+            .unwrap();
+        let resp = not_served(&req);
+        assert_eq!(resp.status(), 404);
+        assert_eq!(resp.headers()["content-type"], "application/json");
+        let body: serde_json::Value = serde_json::from_slice(resp.body()).unwrap();
+        assert_eq!(
+            body["error"]["message"],
+            "no route for POST /v1/admin/workspaces"
+        );
+    }
 
     #[test]
     fn control_plane_paths() {

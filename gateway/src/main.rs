@@ -80,6 +80,9 @@ struct ServeArgs {
     /// Address to listen on (host:port); overrides `listen` in the file.
     #[arg(long, env = "GW_LISTEN")]
     listen: Option<String>,
+    /// The control plane's own address (host:port); overrides `admin_listen` in the file.
+    #[arg(long, env = "GW_ADMIN_LISTEN")]
+    admin_listen: Option<String>,
     /// Control-plane database URL; overrides `database_url`.
     #[arg(long, env = "GW_DATABASE_URL")]
     database_url: Option<String>,
@@ -141,8 +144,13 @@ fn config_check(file: &std::path::Path) -> ExitCode {
     match GatewayConfig::load(file, &Overrides::default()) {
         Ok(config) => {
             let kinds: Vec<_> = config.pipeline.iter().map(|p| p.kind.as_str()).collect();
+            let admin = match (config.admin_listen, config.admin_on_main_listener) {
+                (Some(addr), true) => format!(", control plane also on {addr}"),
+                (Some(addr), false) => format!(", control plane only on {addr}"),
+                (None, _) => String::new(),
+            };
             println!(
-                "{}: ok (listen {}, {} providers, pipeline: {})",
+                "{}: ok (listen {}{admin}, {} providers, pipeline: {})",
                 file.display(),
                 config.listen,
                 config.providers.len(),
@@ -271,6 +279,7 @@ fn bootstrap(args: BootstrapArgs) -> ExitCode {
 fn serve(args: ServeArgs) -> ExitCode {
     let overrides = Overrides {
         listen: args.listen,
+        admin_listen: args.admin_listen,
         database_url: args.database_url,
         bootstrap_admin_key: bootstrap_admin_key(),
         secret_key: secret_key(),
@@ -306,6 +315,8 @@ fn serve(args: ServeArgs) -> ExitCode {
     };
     tracing::info!(
         %listen,
+        admin_listen = ?gw.control_plane.listen_addr(),
+        control_plane_on_listen = gw.config.admin_on_main_listener,
         pipeline = ?gw.pipeline.kinds(),
         providers = gw.config.providers.len(),
         "gateway listening"

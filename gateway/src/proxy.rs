@@ -49,7 +49,13 @@ impl ProxyHttp for GatewayProxy {
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut Ctx) -> pingora::Result<bool> {
         let req = session.req_header();
-        let route = match request::dispatch(&req.method, req.uri.path()) {
+        let mut dispatch = request::dispatch(&req.method, req.uri.path());
+        if matches!(dispatch, Dispatch::Admin) && !self.gw.config.admin_on_main_listener {
+            // The control plane has a listener of its own: here its paths do not exist, and
+            // nothing (not even a body-size answer) hints otherwise.
+            dispatch = Dispatch::NotFound;
+        }
+        let route = match dispatch {
             Dispatch::Health => {
                 let body = Bytes::from_static(br#"{"status":"ok"}"#);
                 respond::simple(session, StatusCode::OK, "application/json", body).await;

@@ -1,8 +1,9 @@
 //! The running gateway: shared state, the Pingora server around it, and shutdown.
 //!
-//! Shutdown: Ctrl-C (SIGINT) and SIGTERM both start a graceful stop. The listener stops
-//! accepting, idle keep-alive connections close, and in-flight requests and open streams run
-//! on for up to `shutdown.drain_timeout_secs`; the process exits as soon as none is left.
+//! Shutdown: Ctrl-C (SIGINT) and SIGTERM both start a graceful stop. The listeners (the main
+//! one and the control plane's own, `admin_listen`) stop accepting, idle keep-alive connections
+//! close, and in-flight requests and open streams run on for up to
+//! `shutdown.drain_timeout_secs`; the process exits as soon as none is left.
 //! SIGHUP reloads what plugins loaded at start (wasm guardrail components) without a restart.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,7 +38,8 @@ pub struct Gateway {
     pub endpoints: Endpoints,
     pub upstream: Upstream,
     pub metrics: Registry,
-    /// The control plane, served under its `/v1` paths ([`admin::CONTROL_PLANE_PREFIXES`]).
+    /// The control plane, served under its `/v1` paths ([`admin::CONTROL_PLANE_PREFIXES`]) on
+    /// the main listener (unless `admin_on_main_listener` is false) and on `admin_listen`.
     pub control_plane: admin::ControlPlane,
     in_flight: IntGauge,
 }
@@ -89,8 +91,9 @@ impl Drop for InFlight {
 
 impl Gateway {
     /// Starts the control plane (opens `database_url`, applies its migrations, bootstraps an
-    /// empty database, starts the key expiry worker and the watcher of saved providers and
-    /// configs), then builds the stores and plugins of a validated config.
+    /// empty database, starts the key expiry and rotation workers, the watcher of saved
+    /// providers and configs, and its own listener on `admin_listen` if set), then builds the
+    /// stores and plugins of a validated config.
     pub fn new(config: GatewayConfig) -> Result<Gateway, ConfigErrors> {
         plugins::link();
         let metrics = Registry::new();
@@ -105,13 +108,14 @@ impl Gateway {
         let routing_metrics = RoutingMetrics::register(&metrics);
         // The control plane first: the stores read its snapshot of saved providers and configs
         // (after the YAML file's own, which win).
-        let control_plane = admin::ControlPlane::start(admin::Options {
+        let mut control_plane = admin::ControlPlane::start(admin::Options {
             bootstrap: admin::BootstrapOptions {
                 admin_key: config.bootstrap_admin_key.as_ref().map(|k| k.0.clone()),
                 ..admin::BootstrapOptions::default()
             },
             secret_key: config.secret_key.as_ref().map(|k| k.0.clone()),
             config_check: Some(saved_config_check()),
+            on_gateway_listener: config.admin_on_main_listener,
             ..admin::Options::new(config.database_url.clone())
         })
         .map_err(|e| {
@@ -122,6 +126,11 @@ impl Gateway {
             };
             ConfigErrors(vec![ConfigIssue::new(setting, e.message)])
         })?;
+        if let Some(addr) = config.admin_listen {
+            control_plane
+                .listen(addr)
+                .map_err(|e| ConfigErrors(vec![ConfigIssue::new("admin_listen", e.message)]))?;
+        }
         let saved = control_plane.store().published();
         let providers: Arc<dyn ProviderStore> = Arc::new(FileFirst(
             YamlProviders::from_config(&config),
@@ -227,6 +236,12 @@ pub fn run_until_signal(gw: Arc<Gateway>, on_drained: impl FnOnce() + Send + 'st
         .spawn(move || {
             while !watch_started.load(Ordering::SeqCst) {
                 std::thread::sleep(Duration::from_millis(50));
+            }
+            // The control plane's own listener drains beside the main one.
+            if !gw.control_plane.stop_listener(gw.config.drain_timeout) {
+                tracing::warn!(
+                    "control-plane requests still running at the end of the drain timeout"
+                );
             }
             // Let the listener close before counting.
             std::thread::sleep(Duration::from_millis(100));
@@ -361,9 +376,13 @@ impl RunningGateway {
         format!("http://{}", self.addr())
     }
 
-    /// Starts a graceful stop (as SIGTERM would) and waits until the server has exited.
+    /// Starts a graceful stop (as SIGTERM would) and waits until the server, and the control
+    /// plane's own listener if any, have stopped.
     pub fn shutdown_gracefully(mut self) {
         let _ = self.stop.send(Some(true));
+        self.gateway
+            .control_plane
+            .stop_listener(self.gateway.config.drain_timeout);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -373,6 +392,8 @@ impl RunningGateway {
 impl Drop for RunningGateway {
     fn drop(&mut self) {
         let _ = self.stop.send(Some(false));
+        // Fast: the control plane's own listener stops accepting without waiting.
+        self.gateway.control_plane.stop_listener(Duration::ZERO);
     }
 }
 

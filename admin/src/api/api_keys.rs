@@ -1,4 +1,5 @@
-//! `/v1/api-keys`: create (`{type}/{sub-type}`), list, get, update, delete, rotate.
+//! `/v1/api-keys`: create (`{type}/{sub-type}`), list, get, update, delete, rotate, and fetch
+//! the value an automatic rotation made (`{id}/rotated-key`).
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -13,12 +14,14 @@ use super::openapi::{tag, EmptyObject, ErrorBody, ListEnvelope};
 use super::{double_option, empty, list_envelope, AppState, Ctx, PathParams};
 use crate::authz::{self, Access, Action, KeyKind, Op, Principal, Resource, WorkspaceRole};
 use crate::error::{AdminError, Result};
-use crate::store::{ApiKey, KeyChanges, KeyFilter, NewKey, OrganisationSettings, Store};
+use crate::store::{
+    ApiKey, KeyChanges, KeyFilter, NewKey, OrganisationSettings, Store, MIN_KEY_TRANSITION_MS,
+};
 use crate::time::{self, Timestamp};
 use crate::validate::{self, Metadata, Page, RateLimit, UsageLimitsInput};
 
 /// The shortest and the default transition of a rotation: the old key works 30 more minutes.
-const MIN_TRANSITION_MS: i64 = 30 * 60 * 1000;
+const MIN_TRANSITION_MS: i64 = MIN_KEY_TRANSITION_MS;
 
 /// `defaults` of a key: what requests made with it get unless they say otherwise.
 #[derive(Debug, Clone, Default, Deserialize, Serialize, ToSchema)]
@@ -44,17 +47,22 @@ enum RotationPeriod {
     Monthly,
 }
 
-/// `rotation_policy` of a key (kept; automatic rotation is not run yet).
+/// `rotation_policy` of a key: when the control plane rotates it by itself. At
+/// `next_rotation_at` the key gets a new raw value (fetched once with
+/// `GET /v1/api-keys/{id}/rotated-key`), the old one working for the transition period, and
+/// `next_rotation_at` moves one `rotation_period` on; without a period the key rotates once.
 #[derive(Debug, Clone, Deserialize, Serialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct RotationPolicy {
+    /// `weekly` (7 days) or `monthly` (a calendar month); absent: rotate once.
     #[serde(default)]
     rotation_period: Option<RotationPeriod>,
-    /// RFC 3339.
+    /// The next automatic rotation (RFC 3339); absent: none.
     #[serde(default)]
     #[schema(format = DateTime)]
     next_rotation_at: Option<String>,
-    /// At least 1800000 (30 minutes).
+    /// How long the old value works after an automatic rotation: at least and by default
+    /// 1800000 (30 minutes).
     #[serde(default)]
     #[schema(minimum = 1800000)]
     key_transition_period_ms: Option<i64>,
@@ -159,6 +167,24 @@ struct ApiKeyCreated {
     id: String,
     /// The raw key: keep it, it is not shown again.
     key: String,
+    /// `api-key`.
+    object: String,
+}
+
+/// `{id, key, rotated_at, key_transition_expires_at, object}`: the raw key an automatic
+/// rotation made, handed out once.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)] // described in the OpenAPI document, never built
+struct ApiKeyRotatedKey {
+    id: String,
+    /// The new raw key: keep it, it is not shown again.
+    key: String,
+    /// When the rotation happened (RFC 3339).
+    #[schema(format = DateTime)]
+    rotated_at: String,
+    /// Until when the old key keeps working (RFC 3339).
+    #[schema(format = DateTime)]
+    key_transition_expires_at: Option<String>,
     /// `api-key`.
     object: String,
 }
@@ -502,6 +528,48 @@ pub async fn delete(
     let key = authorised_key(&app.store, &ctx.principal, &id, Op::Delete).await?;
     app.store.delete_api_key(ctx.actor(), &key).await?;
     Ok(empty())
+}
+
+/// `GET /api-keys/{id}/rotated-key`: the raw key the last automatic rotation made, once.
+#[utoipa::path(
+    get,
+    path = "/v1/api-keys/{id}/rotated-key",
+    operation_id = "getRotatedApiKey",
+    tag = tag::API_KEYS,
+    summary = "Fetch the key an automatic rotation made",
+    description = "The new raw key the key's `rotation_policy` gave it at its last automatic \
+        rotation, handed out once (with the right to rotate the key): the answer clears it, so a \
+        second call is a 404 until the next rotation, which replaces a key nobody fetched. A \
+        manual rotation drops it too (its caller gets the new key).",
+    params(
+        ("id" = String, Path, description = "The key's id (a UUID)."),
+    ),
+    responses(
+        (status = 200, description = "The new raw key.", body = ApiKeyRotatedKey),
+        (status = 400, description = "A malformed id.", body = ErrorBody),
+        (status = 404, description = "No such key, or no rotated key waiting (AB08).", body = ErrorBody),
+    )
+)]
+pub async fn rotated_key(
+    State(app): State<AppState>,
+    PathParams(id): PathParams<String>,
+    ctx: Ctx,
+) -> Result<Json<Value>> {
+    let key = authorised_key(&app.store, &ctx.principal, &id, Op::Update).await?;
+    let rotated = app
+        .store
+        .take_rotated_key(ctx.actor(), &key)
+        .await?
+        .ok_or_else(|| {
+            AdminError::not_found(format!("no rotated key waiting for the key {}", key.id))
+        })?;
+    Ok(Json(json!({
+        "id": rotated.id,
+        "key": rotated.key,
+        "rotated_at": rotated.rotated_at,
+        "key_transition_expires_at": rotated.key_transition_expires_at,
+        "object": "api-key",
+    })))
 }
 
 /// `POST /api-keys/{id}/rotate`: a new raw key; the old one works for the transition period.

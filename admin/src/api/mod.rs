@@ -89,6 +89,11 @@ pub fn routes() -> Vec<Route> {
         route(M::GET, "/v1/api-keys/{id}", api_keys::get),
         route(M::PUT, "/v1/api-keys/{id}", api_keys::update),
         route(M::DELETE, "/v1/api-keys/{id}", api_keys::delete),
+        route(
+            M::GET,
+            "/v1/api-keys/{id}/rotated-key",
+            api_keys::rotated_key,
+        ),
         // `{type}/{sub-type}` to create, `{id}/rotate` to rotate: one pattern, as the router
         // wants one parameter name per position.
         route(

@@ -53,6 +53,7 @@ pub const SECURITY_SCHEME: &str = "api_key";
         api_keys::update,
         api_keys::delete,
         api_keys::create_or_rotate,
+        api_keys::rotated_key,
         workspaces::create,
         workspaces::list,
         workspaces::get,

@@ -134,6 +134,24 @@ pub struct Rotated {
     pub key_transition_expires_at: String,
 }
 
+/// The raw key an automatic rotation made, as its owner fetches it (once).
+#[derive(Debug, Clone)]
+pub struct RotatedKey {
+    pub id: String,
+    pub key: String,
+    /// When the rotation happened.
+    pub rotated_at: String,
+    /// Until when the previous value still works.
+    pub key_transition_expires_at: Option<String>,
+}
+
+/// The shortest and the default transition of a rotation: the previous value works 30 more
+/// minutes.
+pub const MIN_KEY_TRANSITION_MS: i64 = 30 * 60 * 1000;
+
+/// The most due keys one pass of the rotation worker rotates; the rest wait for the next pass.
+const ROTATION_BATCH: i64 = 100;
+
 const COLUMNS: &str = "id, organisation_id, workspace_id, user_id, created_by_user_id, type, name,
     description, key_mask, status, scopes, rate_limits, usage_limits, current_usage,
     usage_period, reset_epoch, defaults, alert_emails, rotation_policy, expires_at, created_at,
@@ -200,9 +218,9 @@ pub(super) async fn insert(
         "INSERT INTO api_keys (id, organisation_id, workspace_id, user_id, created_by_user_id,
              type, name, description, key_hash, key_mask, status, scopes, rate_limits,
              usage_limits, current_usage, defaults, alert_emails, rotation_policy, expires_at,
-             created_at, last_updated_at)
+             created_at, last_updated_at, next_rotation_at)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, 'active', $11, $12, $13, 0, $14, $15,
-             $16, $17, $18, $18)",
+             $16, $17, $18, $18, $19)",
     )
     .bind(&id)
     .bind(organisation_id)
@@ -222,6 +240,7 @@ pub(super) async fn insert(
     .bind(key.rotation_policy.as_ref().map(to_text))
     .bind(key.expires_at.map(time::format))
     .bind(&now)
+    .bind(next_rotation_of(key.rotation_policy.as_ref()))
     .execute(&mut **tx)
     .await
     .map_err(|e| {
@@ -375,6 +394,9 @@ impl Store {
         if let Some(r) = &changes.rotation_policy {
             sql.push(", rotation_policy = ");
             nullable_text(&mut sql, r.as_ref().map(to_text));
+            // The worker's schedule follows the policy.
+            sql.push(", next_rotation_at = ");
+            nullable_text(&mut sql, next_rotation_of(r.as_ref()));
         }
         let mut status = stored_status.clone();
         if let Some(e) = &changes.expires_at {
@@ -454,7 +476,9 @@ impl Store {
         Ok(())
     }
 
-    /// Gives a key a new raw value; the previous one keeps working for `transition`.
+    /// Gives a key a new raw value; the previous one keeps working for `transition`. The
+    /// caller gets the new value, so a value an automatic rotation left unfetched is dropped
+    /// (it no longer works once this transition ends).
     pub async fn rotate_api_key(
         &self,
         actor: Actor<'_>,
@@ -463,11 +487,12 @@ impl Store {
     ) -> Result<Rotated> {
         let raw = keys::generate();
         let now = time::now();
-        let until = time::format(now + chrono::Duration::from_std(transition).unwrap_or_default());
+        let until = time::format(transition_end(now, transition)?);
         let mut tx = self.db.begin_write().await?;
         let done = sqlx::query(
             "UPDATE api_keys SET previous_key_hash = key_hash, previous_key_expires_at = $1,
-                 key_hash = $2, key_mask = $3, last_updated_at = $4
+                 key_hash = $2, key_mask = $3, last_updated_at = $4,
+                 rotated_key = NULL, rotated_key_at = NULL
              WHERE id = $5 AND organisation_id = $6",
         )
         .bind(&until)
@@ -535,6 +560,184 @@ impl Store {
         Ok(rows.len())
     }
 
+    /// The rotation worker's pass: rotates every key whose `next_rotation_at` has passed
+    /// (active or exhausted, not expired; at most [`ROTATION_BATCH`] a pass, the longest due
+    /// first), and returns how many it rotated. Each key is rotated in a transaction of its own,
+    /// with a system audit record (`rotate`) and the data plane's version bumped:
+    /// - a new raw value; the previous one works for the policy's `key_transition_period_ms`
+    ///   (default and at least 30 minutes), as after a manual rotation;
+    /// - the new value stored encrypted until its owner fetches it
+    ///   ([`Store::take_rotated_key`]); it replaces one nobody fetched;
+    /// - `next_rotation_at` one `rotation_period` later (weekly: 7 days; monthly: one calendar
+    ///   month, the last day of a shorter month), skipping slots already past (rotations missed
+    ///   while no gateway ran are not made up for); without a period the key rotates once and
+    ///   its `next_rotation_at` becomes `null`.
+    ///
+    /// The update is conditional on the key's policy and `next_rotation_at` being those read:
+    /// when several instances run a pass at once, one rotates the key and the others skip it.
+    /// A key that cannot be rotated is logged and retried at the next pass. Refused (with due
+    /// keys) when the store has no secret key to encrypt the new values with.
+    pub async fn rotate_due_api_keys(&self) -> Result<usize> {
+        let now = time::now();
+        let rows = sqlx::query(
+            "SELECT id, organisation_id, workspace_id, rotation_policy, next_rotation_at
+             FROM api_keys
+             WHERE next_rotation_at IS NOT NULL AND next_rotation_at <= $1
+                 AND rotation_policy IS NOT NULL AND status <> 'expired'
+                 AND (expires_at IS NULL OR expires_at > $1)
+             ORDER BY next_rotation_at, id LIMIT $2",
+        )
+        .bind(time::format(now))
+        .bind(ROTATION_BATCH)
+        .fetch_all(self.db.pool())
+        .await?;
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        if !self.has_secret_key() {
+            return Err(AdminError::internal(format!(
+                "{} keys are due for rotation but cannot be rotated: their new values are \
+                 stored encrypted, and {} is not set",
+                rows.len(),
+                crate::crypto::SECRET_KEY_VAR
+            )));
+        }
+        let mut rotated = 0;
+        let mut first_error = None;
+        for row in &rows {
+            let result = match due_key(row) {
+                Ok(due) => self.rotate_due_key(&due, now).await,
+                Err(e) => Err(e),
+            };
+            match result {
+                Ok(true) => rotated += 1,
+                // Rotated by another instance, or its policy changed meanwhile.
+                Ok(false) => {}
+                Err(e) => {
+                    let id: String = row.try_get("id").unwrap_or_default();
+                    tracing::warn!(key = %id, error = %e, "could not rotate an API key due for rotation; retrying at the next pass");
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if rotated > 0 {
+            self.after_data_plane_change().await;
+        }
+        match first_error {
+            // Nothing done at all: say why (the database is down...).
+            Some(e) if rotated == 0 => Err(e),
+            _ => Ok(rotated),
+        }
+    }
+
+    /// Rotates one due key (see [`Store::rotate_due_api_keys`]); false when the key is no
+    /// longer as it was read (another instance rotated it, or its policy changed).
+    async fn rotate_due_key(&self, key: &DueKey, now: Timestamp) -> Result<bool> {
+        let raw = keys::generate();
+        let sealed = self.cipher()?.encrypt(&raw, &rotated_key_context(&key.id));
+        let transition = Duration::from_millis(key.transition_ms.unsigned_abs());
+        let until = time::format(transition_end(now, transition)?);
+        let next = next_rotation(key.due, key.period, now).map(time::format);
+        let mut policy = key.policy.clone();
+        policy.insert("next_rotation_at".into(), json!(next));
+        let now_text = time::format(now);
+        let mut tx = self.db.begin_write().await?;
+        let done = sqlx::query(
+            "UPDATE api_keys SET previous_key_hash = key_hash, previous_key_expires_at = $1,
+                 key_hash = $2, key_mask = $3, rotated_key = $4, rotated_key_at = $5,
+                 rotation_policy = $6, next_rotation_at = $7, last_updated_at = $5
+             WHERE id = $8 AND next_rotation_at = $9 AND rotation_policy = $10
+                 AND status <> 'expired'",
+        )
+        .bind(&until)
+        .bind(keys::hash(&raw))
+        .bind(keys::mask(&raw))
+        .bind(sealed)
+        .bind(&now_text)
+        .bind(to_text(&policy))
+        .bind(next.clone())
+        .bind(&key.id)
+        .bind(&key.due_text)
+        .bind(&key.policy_text)
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Ok(false);
+        }
+        self.record_secret_key(&mut tx).await?;
+        audit::insert_system(
+            &mut tx,
+            &key.organisation_id,
+            &AuditEntry::new("rotate", "api_key")
+                .resource(&key.id)
+                .workspace(key.workspace_id.as_deref()),
+        )
+        .await?;
+        self.data_plane_changed(&mut tx).await?;
+        tx.commit().await?;
+        tracing::info!(
+            key = %key.id,
+            next_rotation_at = next.as_deref().unwrap_or("none"),
+            "API key rotated by its rotation policy"
+        );
+        Ok(true)
+    }
+
+    /// The raw value the last automatic rotation gave `key`, handed out once: the stored value
+    /// is cleared in the same transaction, with an audit record (`fetch_rotated_key`), so a
+    /// second call, on this instance or another, finds none. `None` when none is waiting.
+    pub async fn take_rotated_key(
+        &self,
+        actor: Actor<'_>,
+        key: &ApiKey,
+    ) -> Result<Option<RotatedKey>> {
+        let mut tx = self.db.begin_write().await?;
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT rotated_key, rotated_key_at, previous_key_expires_at FROM api_keys
+             WHERE id = $1 AND organisation_id = $2{}",
+            self.db.backend().for_update()
+        )))
+        .bind(&key.id)
+        .bind(&key.organisation_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let Some(sealed) = row.try_get::<Option<String>, _>("rotated_key")? else {
+            return Ok(None);
+        };
+        // Opened before anything is cleared: a value that cannot be opened stays stored.
+        let raw = self
+            .cipher()?
+            .decrypt(&sealed, &rotated_key_context(&key.id))?;
+        let rotated_at: Option<String> = row.try_get("rotated_key_at")?;
+        let until: Option<String> = row.try_get("previous_key_expires_at")?;
+        sqlx::query(
+            "UPDATE api_keys SET rotated_key = NULL, rotated_key_at = NULL
+             WHERE id = $1 AND organisation_id = $2",
+        )
+        .bind(&key.id)
+        .bind(&key.organisation_id)
+        .execute(&mut *tx)
+        .await?;
+        audit::insert(
+            &mut tx,
+            actor,
+            &AuditEntry::new("fetch_rotated_key", "api_key")
+                .resource(&key.id)
+                .workspace(key.workspace_id.as_deref()),
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(Some(RotatedKey {
+            id: key.id.clone(),
+            key: raw,
+            rotated_at: rotated_at.unwrap_or_default(),
+            key_transition_expires_at: until,
+        }))
+    }
+
     /// The stored hash and mask of a key (tests read what is at rest).
     pub async fn api_key_at_rest(&self, id: &str) -> Result<Option<(String, String)>> {
         let row = sqlx::query("SELECT key_hash, key_mask FROM api_keys WHERE id = $1")
@@ -583,5 +786,242 @@ fn nullable_text(sql: &mut Sql, value: Option<String>) {
         None => {
             sql.push("NULL");
         }
+    }
+}
+
+/// The `next_rotation_at` of a rotation policy, in the stored form (the worker's column).
+fn next_rotation_of(policy: Option<&Value>) -> Option<String> {
+    let text = policy?.get("next_rotation_at")?.as_str()?;
+    time::parse(text).map(time::format)
+}
+
+/// When the previous value of a key rotated at `now` stops working.
+fn transition_end(now: Timestamp, transition: Duration) -> Result<Timestamp> {
+    chrono::Duration::from_std(transition)
+        .ok()
+        .and_then(|d| now.checked_add_signed(d))
+        .ok_or_else(|| AdminError::field("key_transition_period_ms", "is too long"))
+}
+
+/// The associated data of a stored rotated key: the value opens only in its own row.
+fn rotated_key_context(key_id: &str) -> String {
+    format!("api_key:{key_id}:rotated_key")
+}
+
+/// How often a rotation policy rotates its key (`rotation_period`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RotationPeriod {
+    Weekly,
+    Monthly,
+}
+
+/// The first rotation after one due at `due` that is later than `now`: whole periods after
+/// `due` (so missed slots are skipped, not made up for). `None` without a period, or past the
+/// last representable time.
+fn next_rotation(
+    due: Timestamp,
+    period: Option<RotationPeriod>,
+    now: Timestamp,
+) -> Option<Timestamp> {
+    match period? {
+        RotationPeriod::Weekly => {
+            const WEEK_SECS: i64 = 7 * 24 * 60 * 60;
+            let elapsed = (now - due).num_seconds().max(0);
+            let mut weeks = elapsed / WEEK_SECS + 1;
+            loop {
+                let next = due.checked_add_signed(chrono::Duration::try_weeks(weeks)?)?;
+                if next > now {
+                    return Some(next);
+                }
+                weeks += 1;
+            }
+        }
+        RotationPeriod::Monthly => {
+            // Counted from `due` each time, so that a month end stays one (Jan 31 -> Feb 28 ->
+            // Mar 31) within a pass.
+            let mut months = 1u32;
+            loop {
+                let next = due.checked_add_months(chrono::Months::new(months))?;
+                if next > now {
+                    return Some(next);
+                }
+                months = months.checked_add(1)?;
+            }
+        }
+    }
+}
+
+/// A key the rotation worker found due, as read.
+struct DueKey {
+    id: String,
+    organisation_id: String,
+    workspace_id: Option<String>,
+    /// The policy as stored (the update's condition) and as a document.
+    policy_text: String,
+    policy: serde_json::Map<String, Value>,
+    /// `next_rotation_at` as stored (the update's condition) and as a time.
+    due_text: String,
+    due: Timestamp,
+    period: Option<RotationPeriod>,
+    transition_ms: i64,
+}
+
+fn due_key(r: &AnyRow) -> Result<DueKey> {
+    let policy_text: String = r.try_get("rotation_policy")?;
+    let policy: serde_json::Map<String, Value> =
+        from_text("api_keys.rotation_policy", &policy_text)?;
+    let due_text: String = r.try_get("next_rotation_at")?;
+    let due = time::parse(&due_text)
+        .ok_or_else(|| super::bad_column("api_keys.next_rotation_at", &due_text))?;
+    let period = match policy.get("rotation_period") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(p)) if p == "weekly" => Some(RotationPeriod::Weekly),
+        Some(Value::String(p)) if p == "monthly" => Some(RotationPeriod::Monthly),
+        Some(other) => {
+            return Err(super::bad_column(
+                "api_keys.rotation_policy.rotation_period",
+                &other.to_string(),
+            ))
+        }
+    };
+    let transition_ms = policy
+        .get("key_transition_period_ms")
+        .and_then(Value::as_i64)
+        .unwrap_or(MIN_KEY_TRANSITION_MS)
+        .max(MIN_KEY_TRANSITION_MS);
+    Ok(DueKey {
+        id: r.try_get("id")?,
+        organisation_id: r.try_get("organisation_id")?,
+        workspace_id: r.try_get("workspace_id")?,
+        policy_text,
+        policy,
+        due_text,
+        due,
+        period,
+        transition_ms,
+    })
+}
+
+/// Copies each key's `rotation_policy.next_rotation_at` into the `next_rotation_at` column, in
+/// the transaction of migration 7 (keys with a policy made before it). An unreadable policy is
+/// left without a schedule.
+pub(crate) async fn fill_next_rotation_at(tx: &mut Tx) -> Result<()> {
+    let rows =
+        sqlx::query("SELECT id, rotation_policy FROM api_keys WHERE rotation_policy IS NOT NULL")
+            .fetch_all(&mut **tx)
+            .await?;
+    for r in rows {
+        let id: String = r.try_get("id")?;
+        let text: String = r.try_get("rotation_policy")?;
+        let Ok(policy) = serde_json::from_str::<Value>(&text) else {
+            continue;
+        };
+        if let Some(next) = next_rotation_of(Some(&policy)) {
+            sqlx::query("UPDATE api_keys SET next_rotation_at = $1 WHERE id = $2")
+                .bind(next)
+                .bind(id)
+                .execute(&mut **tx)
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(text: &str) -> Timestamp {
+        time::parse(text).expect("a time")
+    }
+
+    #[test]
+    fn the_next_rotation_is_whole_periods_after_the_due_one() {
+        let due = at("2026-01-31T09:00:00Z");
+        let weekly = Some(RotationPeriod::Weekly);
+        let monthly = Some(RotationPeriod::Monthly);
+        // Due a minute ago: one period later.
+        let now = at("2026-01-31T09:01:00Z");
+        assert_eq!(
+            next_rotation(due, weekly, now),
+            Some(at("2026-02-07T09:00:00Z"))
+        );
+        // A calendar month, the last day of a shorter month.
+        assert_eq!(
+            next_rotation(due, monthly, now),
+            Some(at("2026-02-28T09:00:00Z"))
+        );
+        // Missed slots are skipped: the first one after now, counted from the due time.
+        let later = at("2026-03-20T00:00:00Z");
+        assert_eq!(
+            next_rotation(due, weekly, later),
+            Some(at("2026-03-21T09:00:00Z"))
+        );
+        assert_eq!(
+            next_rotation(due, monthly, later),
+            Some(at("2026-03-31T09:00:00Z"))
+        );
+        // Exactly on a slot: the next one (the result is always later than now).
+        let on_slot = at("2026-02-07T09:00:00Z");
+        assert_eq!(
+            next_rotation(due, weekly, on_slot),
+            Some(at("2026-02-14T09:00:00Z"))
+        );
+        // No period: the key rotates once.
+        assert_eq!(next_rotation(due, None, now), None);
+        // Past the last representable time: no further rotation rather than a panic.
+        let end = chrono::DateTime::<chrono::Utc>::MAX_UTC - chrono::Duration::days(1);
+        assert_eq!(next_rotation(end, weekly, end), None);
+        assert_eq!(next_rotation(end, monthly, end), None);
+    }
+
+    #[test]
+    fn policies_name_their_schedule() {
+        let p =
+            json!({"rotation_period": "weekly", "next_rotation_at": "2026-01-02T03:04:05+02:00"});
+        assert_eq!(
+            next_rotation_of(Some(&p)).as_deref(),
+            Some("2026-01-02T01:04:05.000000Z")
+        );
+        assert_eq!(
+            next_rotation_of(Some(&json!({"next_rotation_at": null}))),
+            None
+        );
+        assert_eq!(next_rotation_of(None), None);
+        assert!(transition_end(time::now(), Duration::from_millis(u64::MAX)).is_err());
+        assert_ne!(rotated_key_context("a"), rotated_key_context("b"));
+    }
+
+    #[tokio::test]
+    async fn the_migration_schedules_keys_made_before_it() {
+        let store = Store::open("sqlite::memory:").await.expect("a database");
+        store
+            .bootstrap(&super::super::BootstrapOptions::default())
+            .await
+            .expect("bootstrap");
+        let pool = store.db.pool();
+        let fill = || async {
+            let mut tx = store.db.begin_write().await.unwrap();
+            fill_next_rotation_at(&mut tx).await.unwrap();
+            tx.commit().await.unwrap();
+            sqlx::query_scalar::<_, Option<String>>("SELECT next_rotation_at FROM api_keys")
+                .fetch_one(pool)
+                .await
+                .unwrap()
+        };
+        let set = |policy: &'static str| async move {
+            sqlx::query("UPDATE api_keys SET rotation_policy = $1, next_rotation_at = NULL")
+                .bind(policy)
+                .execute(pool)
+                .await
+                .unwrap();
+        };
+        set(r#"{"rotation_period":"weekly","next_rotation_at":"2026-01-02T03:04:05+02:00"}"#).await;
+        assert_eq!(fill().await.as_deref(), Some("2026-01-02T01:04:05.000000Z"));
+        // No next rotation, or an unreadable policy: no schedule.
+        set(r#"{"rotation_period":"weekly","next_rotation_at":null}"#).await;
+        assert_eq!(fill().await, None);
+        set("not json").await;
+        assert_eq!(fill().await, None);
     }
 }

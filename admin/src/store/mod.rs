@@ -28,7 +28,10 @@ use serde_json::Value;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-pub use api_keys::{ApiKey, KeyChanges, KeyFilter, NewKey, Rotated};
+pub(crate) use api_keys::fill_next_rotation_at;
+pub use api_keys::{
+    ApiKey, KeyChanges, KeyFilter, NewKey, Rotated, RotatedKey, MIN_KEY_TRANSITION_MS,
+};
 pub use audit::{AuditEntry, AuditFilter, RefusalSummary, RefusedAttempt, RequestMeta};
 pub use bootstrap::{BootstrapOptions, BootstrapOutcome};
 pub use charges::ChargeReport;

@@ -12,6 +12,7 @@ mod configs;
 mod deployments;
 mod integration_models;
 mod integrations;
+mod key_rotation;
 mod logs;
 mod members;
 mod openapi;

@@ -30,6 +30,11 @@ pub const DEFAULT_MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
 #[derive(Debug, Clone)]
 pub struct GatewayConfig {
     pub listen: SocketAddr,
+    /// The control plane's own address (`admin_listen`), served beside `listen`. Default: none.
+    pub admin_listen: Option<SocketAddr>,
+    /// Whether `listen` also serves the control plane's paths (`admin_on_main_listener`);
+    /// when false they answer 404 there. Default: true.
+    pub admin_on_main_listener: bool,
     /// Worker threads of the proxy service.
     pub threads: usize,
     pub max_body_bytes: usize,
@@ -74,6 +79,8 @@ impl fmt::Debug for PipelineEntry {
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
     pub listen: Option<String>,
+    /// `--admin-listen` / `GW_ADMIN_LISTEN`; an empty value leaves the file's setting.
+    pub admin_listen: Option<String>,
     pub database_url: Option<String>,
     pub bootstrap_admin_key: Option<Secret>,
     pub secret_key: Option<Secret>,
@@ -162,6 +169,43 @@ fn validate(json: Value, overrides: &Overrides) -> Result<GatewayConfig, ConfigE
             SocketAddr::from(([127, 0, 0, 1], 0))
         }
     };
+    let admin_listen_text = overrides
+        .admin_listen
+        .clone()
+        .filter(|a| !a.trim().is_empty())
+        .or(raw.admin_listen);
+    let admin_listen = match admin_listen_text {
+        None => None,
+        Some(text) => match text.parse::<SocketAddr>() {
+            Ok(addr) if same_port(addr, listen) => {
+                issues.push(ConfigIssue::new(
+                    "admin_listen",
+                    format!(
+                        "{addr} must differ from listen ({listen}): the control plane's listener needs a port of its own"
+                    ),
+                ));
+                None
+            }
+            Ok(addr) => Some(addr),
+            Err(_) => {
+                issues.push(ConfigIssue::new(
+                    "admin_listen",
+                    format!("{text:?} is not an address like 127.0.0.1:8788"),
+                ));
+                None
+            }
+        },
+    };
+    let admin_on_main_listener = raw.admin_on_main_listener.unwrap_or(true);
+    if !admin_on_main_listener
+        && admin_listen.is_none()
+        && !issues.iter().any(|i| i.path == "admin_listen")
+    {
+        issues.push(ConfigIssue::new(
+            "admin_on_main_listener",
+            "false needs admin_listen: the control plane would be served nowhere",
+        ));
+    }
     let threads = match raw.threads {
         Some(0) => {
             issues.push(ConfigIssue::new("threads", "must be at least 1"));
@@ -341,6 +385,8 @@ fn validate(json: Value, overrides: &Overrides) -> Result<GatewayConfig, ConfigE
     }
     Ok(GatewayConfig {
         listen,
+        admin_listen,
+        admin_on_main_listener,
         threads,
         max_body_bytes,
         upstream,
@@ -359,6 +405,14 @@ fn validate(json: Value, overrides: &Overrides) -> Result<GatewayConfig, ConfigE
         configs,
         pipeline,
     })
+}
+
+/// True when two listen addresses would take the same port: the same port (not 0, which picks
+/// a free one) on the same address, or with either on every address (`0.0.0.0`, `[::]`).
+fn same_port(a: SocketAddr, b: SocketAddr) -> bool {
+    a.port() != 0
+        && a.port() == b.port()
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
 }
 
 /// One issue per bad top-level key (serde stops at the first): every field has a default, so
@@ -569,6 +623,58 @@ pipeline:
         let c = load("database_url: postgres://u:p@h/db").unwrap();
         assert_eq!(c.database_url, "postgres://u:p@h/db");
         assert_eq!(load("").unwrap().database_url, DEFAULT_DATABASE_URL);
+    }
+
+    #[test]
+    fn the_admin_listener_is_optional_and_needs_a_port_of_its_own() {
+        let c = load("").unwrap();
+        assert_eq!(c.admin_listen, None);
+        assert!(c.admin_on_main_listener);
+        let c = load(
+            "listen: 127.0.0.1:8787\nadmin_listen: 127.0.0.1:8788\nadmin_on_main_listener: false",
+        )
+        .unwrap();
+        assert_eq!(c.admin_listen, Some("127.0.0.1:8788".parse().unwrap()));
+        assert!(!c.admin_on_main_listener);
+        // Another interface on the same port is another address.
+        assert!(load("listen: 127.0.0.1:8787\nadmin_listen: 127.0.0.2:8787").is_ok());
+        for bad in [
+            "listen: 127.0.0.1:8787\nadmin_listen: 127.0.0.1:8787",
+            "listen: 0.0.0.0:8787\nadmin_listen: 127.0.0.1:8787",
+            "listen: 127.0.0.1:8787\nadmin_listen: \"[::]:8787\"",
+            "admin_listen: localhost",
+            "admin_listen: 8788",
+        ] {
+            assert_eq!(paths(bad), vec!["admin_listen"], "{bad}");
+        }
+        let err = load("listen: 127.0.0.1:8787\nadmin_listen: 127.0.0.1:8787").unwrap_err();
+        assert!(err.to_string().contains("must differ from listen"), "{err}");
+        // Off the main listener, the control plane needs its own.
+        assert_eq!(
+            paths("admin_on_main_listener: false"),
+            vec!["admin_on_main_listener"]
+        );
+        assert_eq!(
+            paths("admin_on_main_listener: maybe"),
+            vec!["admin_on_main_listener"]
+        );
+        // The environment's address wins; an empty one leaves the file's.
+        let with = |admin: &str| {
+            GatewayConfig::from_yaml(
+                "admin_listen: 127.0.0.1:9001",
+                &Overrides {
+                    admin_listen: Some(admin.into()),
+                    ..Default::default()
+                },
+            )
+            .unwrap()
+            .admin_listen
+        };
+        assert_eq!(
+            with("127.0.0.1:9002"),
+            Some("127.0.0.1:9002".parse().unwrap())
+        );
+        assert_eq!(with(""), Some("127.0.0.1:9001".parse().unwrap()));
     }
 
     #[test]

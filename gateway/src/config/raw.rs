@@ -12,6 +12,15 @@ pub struct RawGatewayConfig {
     /// Address to listen on. Default: `127.0.0.1:8787`. `GW_LISTEN` overrides.
     #[serde(default = "default_listen")]
     pub listen: String,
+    /// A second address serving the control plane's paths (`/v1/admin/...`, `/v1/api-keys`...)
+    /// and nothing else, so that it can sit on a private interface. Default: none.
+    /// `GW_ADMIN_LISTEN` overrides.
+    #[serde(default)]
+    pub admin_listen: Option<String>,
+    /// Whether `listen` serves the control plane's paths too. Default: true; `false` (which
+    /// needs `admin_listen`) answers them 404 there, as any path the gateway does not serve.
+    #[serde(default)]
+    pub admin_on_main_listener: Option<bool>,
     /// Proxy worker threads. Default: one per core.
     #[serde(default)]
     pub threads: Option<usize>,

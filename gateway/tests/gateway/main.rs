@@ -1,5 +1,6 @@
 //! Integration tests: the mock provider and the gateway on ephemeral ports, driven over HTTP.
 
+mod admin_listener;
 mod anthropic;
 mod cli;
 mod clouds;
