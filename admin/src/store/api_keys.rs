@@ -8,6 +8,7 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::audit::{self, AuditEntry};
+use super::integrations::nullable;
 use super::usage;
 use super::{from_text, to_text, Actor, Store};
 use crate::authz::KeyKind;
@@ -373,7 +374,7 @@ impl Store {
         }
         if let Some(d) = &changes.description {
             sql.push(", description = ");
-            nullable_text(&mut sql, d.clone());
+            nullable(&mut sql, d.clone());
         }
         if let Some(s) = &changes.scopes {
             sql.push(", scopes = ").text(to_text(s));
@@ -383,7 +384,7 @@ impl Store {
         }
         if let Some(u) = &changes.usage_limits {
             sql.push(", usage_limits = ");
-            nullable_text(&mut sql, u.as_ref().map(to_text));
+            nullable(&mut sql, u.as_ref().map(to_text));
         }
         if let Some(d) = &changes.defaults {
             sql.push(", defaults = ").text(to_text(d));
@@ -393,39 +394,21 @@ impl Store {
         }
         if let Some(r) = &changes.rotation_policy {
             sql.push(", rotation_policy = ");
-            nullable_text(&mut sql, r.as_ref().map(to_text));
+            nullable(&mut sql, r.as_ref().map(to_text));
             // The worker's schedule follows the policy.
             sql.push(", next_rotation_at = ");
-            nullable_text(&mut sql, next_rotation_of(r.as_ref()));
+            nullable(&mut sql, next_rotation_of(r.as_ref()));
         }
-        let mut status = stored_status.clone();
-        if let Some(e) = &changes.expires_at {
-            sql.push(", expires_at = ");
-            nullable_text(&mut sql, e.map(time::format));
-            if status == "expired" && e.is_none_or(|t| t > now) {
-                status = "active".into();
-            }
-        }
-        let old_limit = old_limits.as_ref().map(usage::sdk_limit);
-        let new_limit = match &changes.usage_limits {
-            Some(u) => u.as_ref().map(usage::sdk_limit),
-            None => old_limit.clone(),
-        };
-        let usage_now = restate_usage(
+        let status = restate_expiry_and_budget(
             &mut sql,
+            &stored_status,
+            changes.expires_at,
+            now,
             changes.reset_usage,
-            changes.usage_limits.is_some(),
+            changes.usage_limits.as_ref(),
+            old_limits.as_ref(),
             stored,
-            old_limit.as_ref(),
-            new_limit.as_ref(),
         );
-        if let Some(u) = usage_now {
-            status = match &new_limit {
-                Some(l) => usage::decide(&status, u, l.credit_limit),
-                None if status == "exhausted" => "active".into(),
-                None => status,
-            };
-        }
         if status != stored_status {
             sql.push(", status = ").text(status);
         }
@@ -748,6 +731,49 @@ impl Store {
     }
 }
 
+/// Pushes the expiry and budget columns an update of a key or provider changes, and returns the
+/// status it takes: an expired one whose `expires_at` moves into the future (or goes) is active
+/// again; one whose usage is reset or restated under new limits is exhausted or active against
+/// its (new) credit limit.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn restate_expiry_and_budget(
+    sql: &mut Sql,
+    stored_status: &str,
+    expires_at: Option<Option<Timestamp>>,
+    now: Timestamp,
+    reset_usage: bool,
+    usage_limits: Option<&Option<UsageLimits>>,
+    old_limits: Option<&UsageLimits>,
+    stored: usage::Stored,
+) -> String {
+    let mut status = stored_status.to_owned();
+    if let Some(e) = expires_at {
+        sql.push(", expires_at = ");
+        nullable(sql, e.map(time::format));
+        if status == "expired" && e.is_none_or(|t| t > now) {
+            status = "active".into();
+        }
+    }
+    let old_limit = old_limits.map(usage::sdk_limit);
+    let new_limit = match usage_limits {
+        Some(u) => u.as_ref().map(usage::sdk_limit),
+        None => old_limit.clone(),
+    };
+    let usage_now = restate_usage(
+        sql,
+        reset_usage,
+        usage_limits.is_some(),
+        stored,
+        old_limit.as_ref(),
+        new_limit.as_ref(),
+    );
+    match (usage_now, &new_limit) {
+        (Some(u), Some(l)) => usage::decide(&status, u, l.credit_limit),
+        (Some(_), None) if status == "exhausted" => "active".into(),
+        _ => status,
+    }
+}
+
 /// For an update of a budget holder (a key, a provider): appends the usage columns that
 /// change and returns the usage that now counts, or `None` when neither a reset nor new limits
 /// touch the usage. `reset`: zero in a new reset epoch; new limits: the usage counted in the old
@@ -774,18 +800,6 @@ pub(super) fn restate_usage(
         Some(counted)
     } else {
         None
-    }
-}
-
-/// Appends a text placeholder, or `NULL`.
-fn nullable_text(sql: &mut Sql, value: Option<String>) {
-    match value {
-        Some(v) => {
-            sql.text(v);
-        }
-        None => {
-            sql.push("NULL");
-        }
     }
 }
 

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use super::api_keys::restate_usage;
+use super::api_keys::restate_expiry_and_budget;
 use super::audit::{self, AuditEntry};
 use super::integrations::{self, nullable, NewIntegration};
 use super::usage;
@@ -389,34 +389,16 @@ impl Store {
         if let Some(t) = &changes.tags {
             sql.push(", tags = ").text(to_text(t));
         }
-        let mut status = stored_status.clone();
-        if let Some(e) = &changes.expires_at {
-            sql.push(", expires_at = ");
-            nullable(&mut sql, e.map(time::format));
-            if status == "expired" && e.is_none_or(|t| t > now) {
-                status = "active".into();
-            }
-        }
-        let old_limit = old_limits.as_ref().map(usage::sdk_limit);
-        let new_limit = match &changes.usage_limits {
-            Some(u) => u.as_ref().map(usage::sdk_limit),
-            None => old_limit.clone(),
-        };
-        let usage_now = restate_usage(
+        let status = restate_expiry_and_budget(
             &mut sql,
+            &stored_status,
+            changes.expires_at,
+            now,
             changes.reset_usage,
-            changes.usage_limits.is_some(),
+            changes.usage_limits.as_ref(),
+            old_limits.as_ref(),
             stored,
-            old_limit.as_ref(),
-            new_limit.as_ref(),
         );
-        if let Some(u) = usage_now {
-            status = match &new_limit {
-                Some(l) => usage::decide(&status, u, l.credit_limit),
-                None if status == "exhausted" => "active".into(),
-                None => status,
-            };
-        }
         if status != stored_status {
             sql.push(", status = ").text(status);
         }
