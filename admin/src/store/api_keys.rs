@@ -346,26 +346,14 @@ impl Store {
     ) -> Result<()> {
         let now = time::now();
         let mut tx = self.db.begin_write().await?;
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT status, usage_limits, current_usage, usage_period FROM api_keys
-             WHERE id = $1 AND organisation_id = $2{}",
-            self.db.backend().for_update()
-        )))
-        .bind(&key.id)
-        .bind(&key.organisation_id)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or_else(|| AdminError::not_found(format!("no API key {}", key.id)))?;
-        let stored_status: String = row.try_get("status")?;
-        let old_limits: Option<UsageLimits> = row
-            .try_get::<Option<String>, _>("usage_limits")?
-            .map(|t| from_text("api_keys.usage_limits", &t))
-            .transpose()?;
-        let stored = usage::Stored {
-            usage: row.try_get("current_usage")?,
-            period: row.try_get("usage_period")?,
-            epoch: 0,
-        };
+        let BudgetHolder {
+            stored_status,
+            old_limits,
+            stored,
+        } = self
+            .lock_budget_holder(&mut tx, "api_keys", &key.id, &key.organisation_id)
+            .await?
+            .ok_or_else(|| AdminError::not_found(format!("no API key {}", key.id)))?;
 
         let mut sql = Sql::new("UPDATE api_keys SET last_updated_at = ");
         sql.text(time::format(now));
@@ -728,6 +716,51 @@ impl Store {
             .fetch_optional(self.db.pool())
             .await?;
         row.map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).transpose()
+    }
+}
+
+/// What an update of a key or provider reads first: its stored status, budget and usage.
+pub(super) struct BudgetHolder {
+    pub stored_status: String,
+    pub old_limits: Option<UsageLimits>,
+    pub stored: usage::Stored,
+}
+
+impl Store {
+    /// Reads and locks the budget state of the key or provider `id` in `table` (`api_keys` or
+    /// `providers`): a charge from the data plane waits for the update, or it for the charge.
+    /// `None` when there is no such row in the organisation.
+    pub(super) async fn lock_budget_holder(
+        &self,
+        tx: &mut Tx,
+        table: &'static str,
+        id: &str,
+        organisation_id: &str,
+    ) -> Result<Option<BudgetHolder>> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT status, usage_limits, current_usage, usage_period FROM {table}
+             WHERE id = $1 AND organisation_id = $2{}",
+            self.db.backend().for_update()
+        )))
+        .bind(id)
+        .bind(organisation_id)
+        .fetch_optional(&mut **tx)
+        .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        Ok(Some(BudgetHolder {
+            stored_status: row.try_get("status")?,
+            old_limits: row
+                .try_get::<Option<String>, _>("usage_limits")?
+                .map(|t| from_text(&format!("{table}.usage_limits"), &t))
+                .transpose()?,
+            stored: usage::Stored {
+                usage: row.try_get("current_usage")?,
+                period: row.try_get("usage_period")?,
+                epoch: 0,
+            },
+        }))
     }
 }
 

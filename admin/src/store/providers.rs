@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
-use super::api_keys::restate_expiry_and_budget;
+use super::api_keys::{restate_expiry_and_budget, BudgetHolder};
 use super::audit::{self, AuditEntry};
 use super::integrations::{self, nullable, NewIntegration};
 use super::usage;
@@ -348,28 +348,19 @@ impl Store {
     ) -> Result<()> {
         let now = time::now();
         let mut tx = self.db.begin_write().await?;
-        // The stored status and usage, locked: a charge from the data plane waits for this
-        // update, or it for the charge.
-        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT status, usage_limits, current_usage, usage_period FROM providers
-             WHERE id = $1 AND organisation_id = $2{}",
-            self.db.backend().for_update()
-        )))
-        .bind(&provider.id)
-        .bind(&provider.organisation_id)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or_else(|| AdminError::not_found(format!("no provider {}", provider.slug)))?;
-        let stored_status: String = row.try_get("status")?;
-        let old_limits: Option<UsageLimits> = row
-            .try_get::<Option<String>, _>("usage_limits")?
-            .map(|t| from_text("providers.usage_limits", &t))
-            .transpose()?;
-        let stored = usage::Stored {
-            usage: row.try_get("current_usage")?,
-            period: row.try_get("usage_period")?,
-            epoch: 0,
-        };
+        let BudgetHolder {
+            stored_status,
+            old_limits,
+            stored,
+        } = self
+            .lock_budget_holder(
+                &mut tx,
+                "providers",
+                &provider.id,
+                &provider.organisation_id,
+            )
+            .await?
+            .ok_or_else(|| AdminError::not_found(format!("no provider {}", provider.slug)))?;
         let mut sql = Sql::new("UPDATE providers SET last_updated_at = ");
         sql.text(time::format(now));
         if let Some(name) = &changes.name {

@@ -37,7 +37,7 @@ pub mod writer;
 #[cfg(test)]
 mod tests;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
@@ -254,9 +254,5 @@ pub fn record_of(cx: &RequestCx) -> LogRecord {
 /// or for a model without a price. Per-integration price overrides are `usage_limit`'s: they
 /// reach the log through `cx.response.cost`.
 pub fn computed_cost(provider: Option<&str>, model: Option<&str>, usage: Usage) -> Option<f64> {
-    // `PriceTable::shipped()` hands out a copy: take it once, not per request.
-    static TABLE: OnceLock<PriceTable> = OnceLock::new();
-    TABLE
-        .get_or_init(PriceTable::shipped)
-        .cost(provider?, model?, usage)
+    PriceTable::shipped_ref().cost(provider?, model?, usage)
 }
