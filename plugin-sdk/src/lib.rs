@@ -26,7 +26,7 @@ pub use access::{AccessStore, Principal};
 pub use context::{RequestCx, ResponseInfo, Route, Usage};
 pub use error::{ErrorKind, GatewayError, ProviderFailure};
 pub use flow::{Flow, PluginResponse};
-pub use plugin::{Chunk, Plugin};
+pub use plugin::{Chunk, Phases, Plugin};
 pub use registry::{BuildCx, ConfigIssue, PluginDescriptor, PluginFactory};
 pub use store::{ProviderRecord, ProviderStore};
 pub use target::{RoutePlan, Target};

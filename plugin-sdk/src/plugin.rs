@@ -34,6 +34,34 @@ pub struct Chunk {
     pub data: Bytes,
 }
 
+/// A set of the request phases of [`Plugin`]: the ones a plugin implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Phases(u8);
+
+impl Phases {
+    pub const REQUEST: Phases = Phases(1);
+    pub const ROUTE: Phases = Phases(1 << 1);
+    pub const UPSTREAM_REQUEST: Phases = Phases(1 << 2);
+    pub const RESPONSE: Phases = Phases(1 << 3);
+    pub const CHUNK: Phases = Phases(1 << 4);
+    pub const LOG: Phases = Phases(1 << 5);
+    pub const NONE: Phases = Phases(0);
+    pub const ALL: Phases = Phases((1 << 6) - 1);
+
+    /// Whether every phase of `other` is in this set.
+    pub const fn contains(self, other: Phases) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl std::ops::BitOr for Phases {
+    type Output = Phases;
+
+    fn bitor(self, other: Phases) -> Phases {
+        Phases(self.0 | other.0)
+    }
+}
+
 /// A step of the gateway's request pipeline.
 ///
 /// The gateway calls the phases in this order for each request on an LLM route:
@@ -63,6 +91,14 @@ pub struct Chunk {
 pub trait Plugin: Send + Sync + 'static {
     /// The kind this plugin was built from, as written in the YAML (`request_log`...).
     fn kind(&self) -> &'static str;
+
+    /// The phases this plugin implements; the pipeline calls only those (every call of an
+    /// async phase allocates its future, even a default one). Read once, when the pipeline is
+    /// built. Default: all of them, which is always correct; a plugin that narrows it must
+    /// list every phase it overrides, or the ones left out are never called.
+    fn phases(&self) -> Phases {
+        Phases::ALL
+    }
 
     /// Runs once per request, in pipeline order, before anything is sent upstream.
     /// Default: continue.

@@ -22,7 +22,7 @@ use async_trait::async_trait;
 use prometheus::{CounterVec, HistogramOpts, HistogramVec, IntCounterVec, Opts};
 use serde::Deserialize;
 
-use plugin_sdk::{BuildCx, ConfigIssue, Plugin, PluginFactory, RequestCx};
+use plugin_sdk::{BuildCx, ConfigIssue, Phases, Plugin, PluginFactory, RequestCx};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -131,6 +131,10 @@ plugin_sdk::register_plugin!(MetricsFactory);
 impl Plugin for Metrics {
     fn kind(&self) -> &'static str {
         MetricsFactory::KIND
+    }
+
+    fn phases(&self) -> Phases {
+        Phases::LOG
     }
 
     fn on_log(&self, cx: &RequestCx) {

@@ -18,7 +18,7 @@ use serde_json::Value;
 use plugin_sdk::headers::GwHeader;
 use plugin_sdk::store::{ConfigStore, ProviderStore};
 use plugin_sdk::{
-    BuildCx, Flow, GatewayError, Plugin, PluginFactory, RequestCx, RoutePlan, Target,
+    BuildCx, Flow, GatewayError, Phases, Plugin, PluginFactory, RequestCx, RoutePlan, Target,
 };
 
 /// `provider_select` takes no settings.
@@ -144,6 +144,10 @@ impl ProviderSelect {
 impl Plugin for ProviderSelect {
     fn kind(&self) -> &'static str {
         ProviderSelectFactory::KIND
+    }
+
+    fn phases(&self) -> Phases {
+        Phases::REQUEST
     }
 
     async fn on_request(&self, cx: &mut RequestCx) -> Result<Flow, GatewayError> {

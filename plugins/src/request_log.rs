@@ -9,7 +9,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde::Deserialize;
 
-use plugin_sdk::{BuildCx, Plugin, PluginFactory, RequestCx};
+use plugin_sdk::{BuildCx, Phases, Plugin, PluginFactory, RequestCx};
 
 /// The log level of the request line.
 #[derive(Debug, Clone, Copy, Deserialize, Default, PartialEq, Eq)]
@@ -85,6 +85,10 @@ macro_rules! request_event {
 impl Plugin for RequestLog {
     fn kind(&self) -> &'static str {
         RequestLogFactory::KIND
+    }
+
+    fn phases(&self) -> Phases {
+        Phases::LOG
     }
 
     fn on_log(&self, cx: &RequestCx) {

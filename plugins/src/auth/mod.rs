@@ -53,8 +53,8 @@ use plugin_sdk::access::{
 };
 use plugin_sdk::sinks::AuditEvent;
 use plugin_sdk::{
-    AccessStore, BuildCx, ConfigIssue, ErrorKind, Flow, GatewayError, Plugin, PluginFactory,
-    Principal, RequestCx,
+    AccessStore, BuildCx, ConfigIssue, ErrorKind, Flow, GatewayError, Phases, Plugin,
+    PluginFactory, Principal, RequestCx,
 };
 
 use config::AuthConfig;
@@ -488,6 +488,10 @@ impl Auth {
 impl Plugin for Auth {
     fn kind(&self) -> &'static str {
         AuthFactory::KIND
+    }
+
+    fn phases(&self) -> Phases {
+        Phases::REQUEST
     }
 
     async fn on_request(&self, cx: &mut RequestCx) -> Result<Flow, GatewayError> {

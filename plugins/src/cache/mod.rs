@@ -74,7 +74,7 @@ use plugin_sdk::llm::LlmRequest;
 use plugin_sdk::plugin::ResponseParts;
 use plugin_sdk::target::{CacheMode, CacheSettings};
 use plugin_sdk::{
-    BuildCx, Chunk, ConfigIssue, Flow, GatewayError, Plugin, PluginFactory, PluginResponse,
+    BuildCx, Chunk, ConfigIssue, Flow, GatewayError, Phases, Plugin, PluginFactory, PluginResponse,
     RequestCx, Route, Target,
 };
 
@@ -340,6 +340,10 @@ impl CachePlugin {
 impl Plugin for CachePlugin {
     fn kind(&self) -> &'static str {
         CacheFactory::KIND
+    }
+
+    fn phases(&self) -> Phases {
+        Phases::ROUTE | Phases::RESPONSE | Phases::CHUNK | Phases::LOG
     }
 
     async fn on_route(

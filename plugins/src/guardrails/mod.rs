@@ -56,8 +56,8 @@ use serde_json::Value;
 use plugin_sdk::llm::LlmRequest;
 use plugin_sdk::plugin::ResponseParts;
 use plugin_sdk::{
-    BuildCx, Chunk, ConfigIssue, Flow, GatewayError, Plugin, PluginFactory, RequestCx, Route,
-    RoutePlan,
+    BuildCx, Chunk, ConfigIssue, Flow, GatewayError, Phases, Plugin, PluginFactory, RequestCx,
+    Route, RoutePlan,
 };
 
 use config::{build_hooks, hooks_of_config, Allow, Hook, HookSet, RawHook};
@@ -347,6 +347,10 @@ impl Guardrails {
 impl Plugin for Guardrails {
     fn kind(&self) -> &'static str {
         GuardrailsFactory::KIND
+    }
+
+    fn phases(&self) -> Phases {
+        Phases::REQUEST | Phases::RESPONSE | Phases::CHUNK
     }
 
     async fn on_request(&self, cx: &mut RequestCx) -> Result<Flow, GatewayError> {

@@ -46,8 +46,8 @@ use bytes::Bytes;
 use plugin_sdk::plugin::ResponseParts;
 use plugin_sdk::sinks::{LogRecord, SharedSink};
 use plugin_sdk::{
-    BuildCx, Chunk, ConfigIssue, Flow, GatewayError, Plugin, PluginFactory, Principal, RequestCx,
-    Usage,
+    BuildCx, Chunk, ConfigIssue, Flow, GatewayError, Phases, Plugin, PluginFactory, Principal,
+    RequestCx, Usage,
 };
 
 use crate::pricing::PriceTable;
@@ -138,6 +138,10 @@ fn capture(body: &[u8], max: usize) -> RawBody {
 impl Plugin for LogStore {
     fn kind(&self) -> &'static str {
         LogStoreFactory::KIND
+    }
+
+    fn phases(&self) -> Phases {
+        Phases::RESPONSE | Phases::CHUNK | Phases::LOG
     }
 
     /// Keeps the answer's body when bodies are logged.

@@ -65,8 +65,8 @@ use prometheus::{IntCounter, IntCounterVec, Opts};
 
 use plugin_sdk::access::{RateLimit, RateLimitKind, RateLimitPolicy, RateUnit};
 use plugin_sdk::{
-    AccessStore, BuildCx, ConfigIssue, ErrorKind, Flow, GatewayError, Plugin, PluginFactory,
-    Principal, ProviderStore, RequestCx, Target,
+    AccessStore, BuildCx, ConfigIssue, ErrorKind, Flow, GatewayError, Phases, Plugin,
+    PluginFactory, Principal, ProviderStore, RequestCx, Target,
 };
 
 use crate::limits::matching::{in_workspace, matches, value_key, Subject};
@@ -596,6 +596,10 @@ fn rate_text(limit: &RateLimit) -> String {
 impl Plugin for RateLimiter {
     fn kind(&self) -> &'static str {
         RateLimitFactory::KIND
+    }
+
+    fn phases(&self) -> Phases {
+        Phases::REQUEST | Phases::ROUTE | Phases::LOG
     }
 
     async fn on_request(&self, cx: &mut RequestCx) -> Result<Flow, GatewayError> {

@@ -77,8 +77,8 @@ use plugin_sdk::access::{AccessStore, Budget, CountedUsage, PeriodicReset, Usage
 use plugin_sdk::plugin::ResponseParts;
 use plugin_sdk::sinks::{AuditEvent, UsageCharge};
 use plugin_sdk::{
-    BuildCx, Chunk, ConfigIssue, ErrorKind, Flow, GatewayError, Plugin, PluginFactory, Principal,
-    ProviderStore, RequestCx, RoutePlan, Target, Usage,
+    BuildCx, Chunk, ConfigIssue, ErrorKind, Flow, GatewayError, Phases, Plugin, PluginFactory,
+    Principal, ProviderStore, RequestCx, RoutePlan, Target, Usage,
 };
 
 use crate::limits::matching::{in_workspace, matches, value_key, Subject};
@@ -802,6 +802,10 @@ const SETTLE_RETRIES: [Duration; 3] = [
 impl Plugin for UsageLimitPlugin {
     fn kind(&self) -> &'static str {
         UsageLimitFactory::KIND
+    }
+
+    fn phases(&self) -> Phases {
+        Phases::REQUEST | Phases::ROUTE | Phases::RESPONSE | Phases::CHUNK | Phases::LOG
     }
 
     async fn on_request(&self, cx: &mut RequestCx) -> Result<Flow, GatewayError> {

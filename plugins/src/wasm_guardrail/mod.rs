@@ -67,7 +67,7 @@ use plugin_sdk::llm::chat::ChatRequest as SdkChatRequest;
 use plugin_sdk::llm::LlmRequest;
 use plugin_sdk::plugin::ResponseParts;
 use plugin_sdk::{
-    BuildCx, Chunk, ConfigIssue, Flow, GatewayError, Plugin, PluginFactory, PluginResponse,
+    BuildCx, Chunk, ConfigIssue, Flow, GatewayError, Phases, Plugin, PluginFactory, PluginResponse,
     RequestCx, Route,
 };
 
@@ -577,6 +577,10 @@ fn choice_texts(body: &Value) -> Vec<(usize, String)> {
 impl Plugin for WasmGuardrail {
     fn kind(&self) -> &'static str {
         WasmGuardrailFactory::KIND
+    }
+
+    fn phases(&self) -> Phases {
+        Phases::REQUEST | Phases::RESPONSE | Phases::CHUNK
     }
 
     /// Loads the component from its path again; requests already running keep the old one.
