@@ -6,6 +6,7 @@
 //! log line costs a lock and a copy rather than a thread wake-up. When stdout stalls and 8 MiB
 //! are waiting, further lines are dropped and counted rather than blocking requests.
 
+use std::fmt::Write as _;
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -202,13 +203,19 @@ impl Visit for LineFields<'_, '_> {
 
     fn record_u64(&mut self, field: &Field, value: u64) {
         if self.result.is_ok() {
-            self.result = self.key(field).and_then(|()| write!(self.out, "{value}"));
+            let mut digits = itoa::Buffer::new();
+            self.result = self
+                .key(field)
+                .and_then(|()| self.out.write_str(digits.format(value)));
         }
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
         if self.result.is_ok() {
-            self.result = self.key(field).and_then(|()| write!(self.out, "{value}"));
+            let mut digits = itoa::Buffer::new();
+            self.result = self
+                .key(field)
+                .and_then(|()| self.out.write_str(digits.format(value)));
         }
     }
 
@@ -259,22 +266,43 @@ fn write_value(out: &mut Writer<'_>, value: &str) -> std::fmt::Result {
     out.write_char('"')
 }
 
-/// The current UTC time as RFC 3339 with microseconds.
+/// The current UTC time as RFC 3339 with microseconds. The date and time up to the second are
+/// formatted once per second and thread, since every request writes a line.
 fn write_utc_now(out: &mut Writer<'_>) -> std::fmt::Result {
+    thread_local! {
+        static SECOND: std::cell::RefCell<(u64, String)> =
+            const { std::cell::RefCell::new((u64::MAX, String::new())) };
+    }
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
     let secs = now.as_secs();
-    let (year, month, day) = civil_from_days((secs / 86_400) as i64);
-    let rem = secs % 86_400;
-    write!(
-        out,
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
-        rem / 3600,
-        rem / 60 % 60,
-        rem % 60,
-        now.subsec_micros()
-    )
+    SECOND.with_borrow_mut(|(second, text)| {
+        if *second != secs {
+            *second = secs;
+            text.clear();
+            let (year, month, day) = civil_from_days((secs / 86_400) as i64);
+            let rem = secs % 86_400;
+            let _ = write!(
+                text,
+                "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.",
+                rem / 3600,
+                rem / 60 % 60,
+                rem % 60,
+            );
+        }
+        out.write_str(text)
+    })?;
+    let micros = now.subsec_micros();
+    let mut fraction = [b'0'; 7];
+    fraction[6] = b'Z';
+    let mut rest = micros;
+    for digit in fraction[..6].iter_mut().rev() {
+        *digit = b'0' + (rest % 10) as u8;
+        rest /= 10;
+    }
+    // Only ASCII digits and 'Z' were written.
+    out.write_str(std::str::from_utf8(&fraction).map_err(|_| std::fmt::Error)?)
 }
 
 /// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar
@@ -302,6 +330,24 @@ mod tests {
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
         assert_eq!(civil_from_days(20_778), (2026, 11, 21));
         assert_eq!(civil_from_days(-1), (1969, 12, 31));
+    }
+
+    #[test]
+    fn timestamps_are_rfc3339_with_microseconds() {
+        let mut first = String::new();
+        write_utc_now(&mut Writer::new(&mut first)).unwrap();
+        let mut second = String::new();
+        write_utc_now(&mut Writer::new(&mut second)).unwrap();
+        for stamp in [&first, &second] {
+            assert_eq!(stamp.len(), 27, "{stamp}");
+            let shape: String = stamp
+                .chars()
+                .map(|c| if c.is_ascii_digit() { '9' } else { c })
+                .collect();
+            assert_eq!(shape, "9999-99-99T99:99:99.999999Z");
+        }
+        // The cached second is reused, and the line's time does not run backwards.
+        assert!(first <= second, "{first} then {second}");
     }
 
     #[test]

@@ -50,10 +50,13 @@ pub fn dispatch(method: &Method, path: &str) -> Dispatch {
 /// the context, so that the error response still carries the trace id.
 pub fn context(session: &Session, route: Route) -> (RequestCx, Result<(), GatewayError>) {
     let req = session.req_header();
-    let trace_id = GwHeader::TRACE_ID
-        .get(&req.headers)
-        .map(str::to_owned)
-        .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    let parsed = GwHeaders::parse(&req.headers);
+    let sent_trace_id = match &parsed {
+        Ok(gw) => gw.trace_id.clone(),
+        // A malformed other header: the error answer still carries the client's trace id.
+        Err(_) => GwHeader::TRACE_ID.get(&req.headers).map(str::to_owned),
+    };
+    let trace_id = sent_trace_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let mut cx = RequestCx::new(
         trace_id,
         route,
@@ -66,7 +69,7 @@ pub fn context(session: &Session, route: Route) -> (RequestCx, Result<(), Gatewa
         .and_then(|a| a.as_inet())
         .map(|a| a.ip());
     cx.headers = req.headers.clone();
-    let parsed = GwHeaders::parse(&cx.headers).map(|gw| cx.gw = gw);
+    let parsed = parsed.map(|gw| cx.gw = gw);
     (cx, parsed)
 }
 

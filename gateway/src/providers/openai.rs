@@ -1,7 +1,10 @@
 //! OpenAI wire format: the client's own format, so requests pass through without a re-encode
 //! unless a target overrides body fields; usage is read from the answer for logs and metrics.
 
+use std::sync::LazyLock;
+
 use bytes::Bytes;
+use memchr::memmem;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -96,10 +99,18 @@ struct WireUsage {
 /// Both are read where their keys stand (`model` near the start, `usage` near the end of an
 /// answer whose choices may be long) and the whole answer is parsed only when that fails.
 pub fn summarize_answer(body: &[u8]) -> (Option<String>, Option<Usage>) {
-    if let (Some(model), Some(usage)) = (
-        value_after::<String>(body, b"\"model\":", false),
-        value_after::<WireUsage>(body, b"\"usage\":", true),
-    ) {
+    // Built once: setting up a substring search costs more than the search in a short answer.
+    static MODEL_KEY: LazyLock<memmem::Finder<'static>> =
+        LazyLock::new(|| memmem::Finder::new(b"\"model\":"));
+    static USAGE_KEY: LazyLock<memmem::FinderRev<'static>> =
+        LazyLock::new(|| memmem::FinderRev::new(b"\"usage\":"));
+    let model = MODEL_KEY
+        .find(body)
+        .and_then(|at| value_at::<String>(body, at, MODEL_KEY.needle().len()));
+    let usage = USAGE_KEY
+        .rfind(body)
+        .and_then(|at| value_at::<WireUsage>(body, at, USAGE_KEY.needle().len()));
+    if let (Some(model), Some(usage)) = (model, usage) {
         return (
             Some(model),
             Some(Usage {
@@ -111,22 +122,13 @@ pub fn summarize_answer(body: &[u8]) -> (Option<String>, Option<Usage>) {
     full_summary(body)
 }
 
-/// The JSON value after the first (`from_end` false) or last unescaped `key` in `body`, if it
-/// parses as `T`. A key inside a string value cannot match: its quotes would be escaped.
-fn value_after<T: serde::de::DeserializeOwned>(
-    body: &[u8],
-    key: &[u8],
-    from_end: bool,
-) -> Option<T> {
-    let at = if from_end {
-        memchr::memmem::rfind(body, key)?
-    } else {
-        memchr::memmem::find(body, key)?
-    };
+/// The JSON value after the key found at `at` (`key_len` bytes long), if it parses as `T`. A key
+/// inside a string value cannot match: its quotes would be escaped.
+fn value_at<T: serde::de::DeserializeOwned>(body: &[u8], at: usize, key_len: usize) -> Option<T> {
     if at > 0 && body[at - 1] == b'\\' {
         return None;
     }
-    let rest = &body[at + key.len()..];
+    let rest = &body[at + key_len..];
     serde_json::Deserializer::from_slice(rest)
         .into_iter::<T>()
         .next()?
