@@ -29,11 +29,11 @@ use crate::upstream::{Endpoint, Exchange};
 const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
 
 /// Headers that providers define and clients may send; forwarded as they are.
-const PROVIDER_HEADERS: &[&str] = &[
-    "openai-organization",
-    "openai-project",
-    "anthropic-version",
-    "anthropic-beta",
+const PROVIDER_HEADERS: [HeaderName; 4] = [
+    HeaderName::from_static("openai-organization"),
+    HeaderName::from_static("openai-project"),
+    HeaderName::from_static("anthropic-version"),
+    HeaderName::from_static("anthropic-beta"),
 ];
 
 /// Handles one LLM request to the end; every failure becomes an error response.
@@ -344,11 +344,8 @@ async fn call(
         return Ok(Outcome::Done);
     }
     providers::finalize(resolved.spec, &resolved.target, &mut upstream_request)?;
-    let (endpoint, header) = if upstream_request.url == url_as_built {
-        (
-            resolved.endpoint.clone(),
-            pingora_request(&upstream_request, &resolved.endpoint, &path)?,
-        )
+    let (endpoint, path) = if upstream_request.url == url_as_built {
+        (resolved.endpoint.clone(), path)
     } else {
         // A plugin sent the request elsewhere.
         let endpoint =
@@ -357,14 +354,14 @@ async fn call(
             GatewayError::internal(format!("bad upstream URL {:?}: {e}", upstream_request.url))
         })?;
         let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_owned();
-        let header = pingora_request(&upstream_request, &endpoint, &path)?;
-        (endpoint, header)
+        (endpoint, path)
     };
-    let body = upstream_request.body;
+    let body = upstream_request.body.clone();
     let wants_stream = cx.request.is_stream();
 
     let call = async {
         let peer = gw.upstream.peer(&endpoint).await?;
+        let header = || pingora_request(&upstream_request, &endpoint, &path);
         let mut exchange = gw.upstream.send(peer, header, body).await?;
         if wants_stream && is_stream(&exchange, call_info.format) {
             return Ok(Answer {
@@ -536,8 +533,8 @@ fn encode(
         headers.insert(HeaderName::from_static(name), value);
     }
     for name in PROVIDER_HEADERS {
-        if let Some(v) = cx.headers.get(*name) {
-            headers.insert(HeaderName::from_static(name), v.clone());
+        if let Some(v) = cx.headers.get(&name) {
+            headers.insert(name, v.clone());
         }
     }
     for name in cx
@@ -565,31 +562,34 @@ fn encode(
     ))
 }
 
-/// The Pingora request header for an upstream request.
+/// The Pingora request header for an upstream request: `Host` first, then the request's
+/// headers, then `content-length`. Built from `http` parts, without Pingora's header-case map
+/// (HTTP/1.1 names are case-insensitive), as this runs for every request.
 fn pingora_request(
     req: &UpstreamRequest,
     endpoint: &Endpoint,
     path: &str,
 ) -> Result<RequestHeader, GatewayError> {
-    let to_internal = |e: pingora::BError| GatewayError::internal(e.to_string());
-    let mut header = RequestHeader::build(
-        req.method.clone(),
-        path.as_bytes(),
-        Some(req.headers.len() + 2),
-    )
-    .map_err(to_internal)?;
-    header
-        .insert_header(http::header::HOST, endpoint.authority())
-        .map_err(to_internal)?;
+    let (mut parts, ()) = http::Request::new(()).into_parts();
+    parts.method = req.method.clone();
+    parts.uri = http::Uri::try_from(path).map_err(|e| {
+        GatewayError::internal(format!("bad upstream request target {path:?}: {e}"))
+    })?;
+    let mut headers = HeaderMap::with_capacity(req.headers.len() + 2);
+    let host = HeaderValue::from_str(endpoint.authority())
+        .map_err(|_| GatewayError::internal("the upstream host is not a valid header value"))?;
+    headers.insert(http::header::HOST, host);
     for (name, value) in &req.headers {
-        header
-            .append_header(name.clone(), value.clone())
-            .map_err(to_internal)?;
+        if name != http::header::HOST && name != http::header::CONTENT_LENGTH {
+            headers.append(name.clone(), value.clone());
+        }
     }
-    header
-        .insert_header(http::header::CONTENT_LENGTH, req.body.len())
-        .map_err(to_internal)?;
-    Ok(header)
+    headers.insert(
+        http::header::CONTENT_LENGTH,
+        HeaderValue::from(req.body.len()),
+    );
+    parts.headers = headers;
+    Ok(RequestHeader::from(parts))
 }
 
 /// Whether a 2xx answer is a stream in its format's framing.
@@ -620,16 +620,15 @@ fn relayable_headers(headers: &HeaderMap) -> HeaderMap {
 }
 
 async fn write_whole(session: &mut Session, cx: &mut RequestCx, parts: ResponseParts) {
-    cx.response.status = Some(parts.status.as_u16());
-    let result = async {
-        let mut h = respond::header(parts.status, Some(cx))?;
-        for (name, value) in &parts.headers {
-            h.append_header(name.clone(), value.clone())?;
-        }
-        respond::complete(session, h, parts.body).await
-    }
-    .await;
-    if let Err(e) = result {
+    let ResponseParts {
+        status,
+        mut headers,
+        body,
+    } = parts;
+    cx.response.status = Some(status.as_u16());
+    headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    let h = respond::header_with(status, Some(cx), headers);
+    if let Err(e) = respond::complete(session, h, body).await {
         cx.response.error = Some(format!("could not write the answer: {e}"));
     }
 }
@@ -650,24 +649,27 @@ async fn relay_stream(
     let write_error =
         |e: pingora::BError| GatewayError::internal(format!("client write failed: {e}"));
 
-    let mut h = respond::header(status, Some(cx)).map_err(write_error)?;
     // A translated stream is server-sent events whatever the provider's framing was.
     let translated = translator.is_some();
-    for (name, value) in exchange
-        .header()
-        .headers
+    let upstream_headers = &exchange.header().headers;
+    let mut headers = HeaderMap::with_capacity(upstream_headers.len() + 4);
+    for (name, value) in upstream_headers
         .iter()
         .filter(|(n, _)| is_relayed(n) && !(translated && *n == http::header::CONTENT_TYPE))
     {
-        h.append_header(name.clone(), value.clone())
-            .map_err(write_error)?;
+        headers.append(name.clone(), value.clone());
     }
     if translated {
-        h.insert_header(http::header::CONTENT_TYPE, "text/event-stream")
-            .map_err(write_error)?;
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("text/event-stream"),
+        );
     }
-    h.insert_header(http::header::TRANSFER_ENCODING, "chunked")
-        .map_err(write_error)?;
+    headers.insert(
+        http::header::TRANSFER_ENCODING,
+        HeaderValue::from_static("chunked"),
+    );
+    let h = respond::header_with(status, Some(cx), headers);
     session
         .write_response_header(Box::new(h), false)
         .await

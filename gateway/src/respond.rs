@@ -3,7 +3,7 @@
 //! (`x-gw-trace-id`, `x-gw-provider`, `x-gw-cache-status`...) are set in one place.
 
 use bytes::Bytes;
-use http::{HeaderName, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use pingora::http::ResponseHeader;
 use pingora::proxy::Session;
 
@@ -18,37 +18,64 @@ pub const CACHE_STATUS: HeaderName = HeaderName::from_static("x-gw-cache-status"
 
 /// A response header with the gateway's own headers set.
 pub fn header(status: StatusCode, cx: Option<&RequestCx>) -> pingora::Result<ResponseHeader> {
-    let mut h = ResponseHeader::build(status, Some(6))?;
+    Ok(header_with(status, cx, HeaderMap::with_capacity(6)))
+}
+
+/// A response header of `headers` with the gateway's own headers set (replacing any of the same
+/// name). Filled as an `http` map and converted once: Pingora's own insert methods parse every
+/// header name again, which is most of their cost. Names go out in lower case (no case map),
+/// which HTTP/1.1 allows.
+pub fn header_with(
+    status: StatusCode,
+    cx: Option<&RequestCx>,
+    mut headers: HeaderMap,
+) -> ResponseHeader {
     if let Some(cx) = cx {
-        h.insert_header(TRACE_ID, cx.trace_id.as_str())?;
+        insert_text(&mut headers, TRACE_ID, &cx.trace_id);
         if let Some(p) = &cx.response.provider {
-            h.insert_header(PROVIDER, p.as_str())?;
+            insert_text(&mut headers, PROVIDER, p);
         }
         if let Some(status) = cx.response.cache_status {
-            h.insert_header(CACHE_STATUS, status)?;
+            headers.insert(CACHE_STATUS, HeaderValue::from_static(status));
         }
         // Requests routed by a config say which target answered and after how many retries
         // (-1: every retry was used and the answer still failed).
         if let Some(index) = &cx.response.option_index {
-            h.insert_header(LAST_USED_OPTION_INDEX, index.as_str())?;
+            insert_text(&mut headers, LAST_USED_OPTION_INDEX, index);
             let count = if cx.response.retries_exhausted {
                 -1
             } else {
                 i64::from(cx.response.retries)
             };
-            h.insert_header(RETRY_ATTEMPT_COUNT, count)?;
+            headers.insert(RETRY_ATTEMPT_COUNT, HeaderValue::from(count));
         }
     }
-    Ok(h)
+    let (mut parts, ()) = http::Response::new(()).into_parts();
+    parts.status = status;
+    parts.headers = headers;
+    ResponseHeader::from(parts)
 }
 
-/// Writes a complete response.
+/// Inserts a text value; one that a header cannot carry (a client's trace id is checked when it
+/// arrives, so none should) is left out rather than failing the answer.
+fn insert_text(headers: &mut HeaderMap, name: HeaderName, value: &str) {
+    if let Ok(value) = HeaderValue::from_str(value) {
+        headers.insert(name, value);
+    }
+}
+
+/// Writes a complete response, with its `content-length` set to the body's.
 pub async fn complete(
     session: &mut Session,
     mut h: ResponseHeader,
     body: Bytes,
 ) -> pingora::Result<()> {
-    h.insert_header(http::header::CONTENT_LENGTH, body.len())?;
+    let mut digits = itoa::Buffer::new();
+    let length = digits.format(body.len());
+    let declared = h.headers.get(http::header::CONTENT_LENGTH);
+    if declared.is_none_or(|v| v.as_bytes() != length.as_bytes()) {
+        h.insert_header(http::header::CONTENT_LENGTH, length)?;
+    }
     session
         .write_response_header(Box::new(h), body.is_empty())
         .await?;

@@ -86,20 +86,22 @@ impl Upstream {
     }
 
     /// Sends a request and waits for the response header. A pooled connection that the server
-    /// closed while idle is retried once on a fresh connection.
+    /// closed while idle is retried once on a fresh connection, with the header built anew by
+    /// `header` (built per attempt rather than copied up front, since retries are rare).
     pub async fn send(
         &self,
         peer: HttpPeer,
-        header: RequestHeader,
+        header: impl Fn() -> Result<RequestHeader, GatewayError>,
         body: Bytes,
     ) -> Result<Exchange, GatewayError> {
         let mut stale_retry_left = true;
         loop {
+            let request = header()?;
             let (mut session, reused) = self.connect(&peer, stale_retry_left).await?;
             session.read_timeout = Some(self.timeouts.read);
             session.write_timeout = Some(self.timeouts.write);
             let sent_at = Instant::now();
-            match Box::pin(exchange(&mut session, header.clone(), &body)).await {
+            match Box::pin(exchange(&mut session, request, &body)).await {
                 Ok(()) => {
                     return Ok(Exchange {
                         session,
