@@ -23,7 +23,7 @@
 //! Names compare case-insensitively; a leading `models/` (Gemini) is ignored.
 
 use std::collections::HashMap;
-use std::sync::OnceLock;
+use std::sync::{OnceLock, RwLock};
 
 use serde::Deserialize;
 
@@ -177,6 +177,43 @@ pub struct PriceTable {
     by_provider: HashMap<String, Models>,
     by_slug: HashMap<String, Models>,
     any_provider: Models,
+    /// Answers of [`price`](Self::price) already looked up: every request is priced, and a
+    /// model without a row would otherwise scan every prefix row each time.
+    found: Found,
+}
+
+/// Remembered lookups by provider, then model; bounded so that clients sending ever new model
+/// names cannot grow it (past the bound, lookups are simply not remembered).
+#[derive(Debug, Default)]
+struct Found(RwLock<HashMap<String, HashMap<String, Option<Price>>>>);
+
+impl Found {
+    const MAX_ENTRIES: usize = 4096;
+
+    fn get(&self, provider: &str, model: &str) -> Option<Option<Price>> {
+        let found = self.0.read().ok()?;
+        found.get(provider)?.get(model).copied()
+    }
+
+    fn remember(&self, provider: &str, model: &str, price: Option<Price>) {
+        let Ok(mut found) = self.0.write() else {
+            return;
+        };
+        if found.values().map(HashMap::len).sum::<usize>() >= Self::MAX_ENTRIES {
+            return;
+        }
+        found
+            .entry(provider.to_owned())
+            .or_default()
+            .insert(model.to_owned(), price);
+    }
+}
+
+/// A copy of a table starts with nothing remembered (it may be given other rows).
+impl Clone for Found {
+    fn clone(&self) -> Self {
+        Found::default()
+    }
 }
 
 impl PriceTable {
@@ -271,12 +308,22 @@ impl PriceTable {
             by_provider,
             by_slug,
             any_provider,
+            found: Found::default(),
         }
     }
 
     /// The price of `model` served by `provider` (a provider id), by the lookup order of the
     /// module doc; `None` when no row matches.
     pub fn price(&self, provider: &str, model: &str) -> Option<Price> {
+        if let Some(price) = self.found.get(provider, model) {
+            return price;
+        }
+        let price = self.look_up(provider, model);
+        self.found.remember(provider, model, price);
+        price
+    }
+
+    fn look_up(&self, provider: &str, model: &str) -> Option<Price> {
         let names = candidates(model);
         if let Some(models) = self.by_provider.get(&provider.trim().to_ascii_lowercase()) {
             if let Some(p) = names.iter().find_map(|m| models.find(m)) {
@@ -429,6 +476,35 @@ mod tests {
 
     fn close(a: Option<f64>, b: f64) -> bool {
         a.is_some_and(|a| (a - b).abs() < 1e-12)
+    }
+
+    #[test]
+    fn lookups_are_remembered_up_to_a_bound() {
+        let table = PriceTable::shipped();
+        let first = table.price("openai", "gpt-4o-2024-08-06");
+        assert!(first.is_some());
+        assert_eq!(table.found.get("openai", "gpt-4o-2024-08-06"), Some(first));
+        assert_eq!(table.price("openai", "gpt-4o-2024-08-06"), first);
+        assert_eq!(table.price("openai", "no-such-model"), None);
+        assert_eq!(table.found.get("openai", "no-such-model"), Some(None));
+        for i in 0..Found::MAX_ENTRIES + 10 {
+            table.price("openai", &format!("model-{i}"));
+        }
+        let remembered: usize = table
+            .found
+            .0
+            .read()
+            .unwrap()
+            .values()
+            .map(HashMap::len)
+            .sum();
+        assert_eq!(remembered, Found::MAX_ENTRIES);
+        // Past the bound, answers are still right, just not remembered.
+        assert_eq!(
+            table.price("openai", "gpt-4o"),
+            table.look_up("openai", "gpt-4o")
+        );
+        assert!(table.clone().found.0.read().unwrap().is_empty());
     }
 
     #[test]
