@@ -421,20 +421,27 @@ impl Sql {
     }
 
     fn placeholder(&mut self) -> &mut Sql {
-        self.text.push_str(&format!("${}", self.args.len()));
+        let mut digits = itoa::Buffer::new();
+        self.text.push('$');
+        self.text.push_str(digits.format(self.args.len()));
         self
     }
 
     pub fn query(&self) -> Query<'static, Any, AnyArguments> {
-        let mut q = sqlx::query(AssertSqlSafe(self.text.clone()));
-        for arg in &self.args {
+        self.clone().into_query()
+    }
+
+    /// The query, its values moved rather than copied (for statements with many of them).
+    pub fn into_query(self) -> Query<'static, Any, AnyArguments> {
+        let mut q = sqlx::query(AssertSqlSafe(self.text));
+        for arg in self.args {
             q = match arg {
-                Arg::Text(s) => q.bind(s.clone()),
-                Arg::Int(i) => q.bind(*i),
-                Arg::Float(f) => q.bind(*f),
-                Arg::OptText(s) => q.bind(s.clone()),
-                Arg::OptInt(i) => q.bind(*i),
-                Arg::OptFloat(f) => q.bind(*f),
+                Arg::Text(s) => q.bind(s),
+                Arg::Int(i) => q.bind(i),
+                Arg::Float(f) => q.bind(f),
+                Arg::OptText(s) => q.bind(s),
+                Arg::OptInt(i) => q.bind(i),
+                Arg::OptFloat(f) => q.bind(f),
             };
         }
         q
