@@ -789,7 +789,10 @@ async fn unless_client_leaves<T>(
     session: &mut Session,
     mut work: std::pin::Pin<Box<impl std::future::Future<Output = T>>>,
 ) -> Option<T> {
-    if let Ok(done) = tokio::time::timeout(WATCH_CLIENT_AFTER, &mut work).await {
+    // Pingora's timer rather than Tokio's: registering a Tokio timer wakes the runtime's
+    // driver (a write to its eventfd and one more epoll wake-up) on every request.
+    if let Ok(done) = pingora::time::fast_timeout::fast_timeout(WATCH_CLIENT_AFTER, &mut work).await
+    {
         return Some(done);
     }
     tokio::select! {
