@@ -249,7 +249,8 @@ pub fn run_until_signal(gw: Arc<Gateway>, on_drained: impl FnOnce() + Send + 'st
                 std::thread::sleep(Duration::from_millis(20));
             }
             tracing::info!("drained; exiting");
-            // The exit skips destructors: write the queued request logs first.
+            // The exit skips destructors: write the queued request lines and logs first.
+            plugins::request_log::flush();
             plugins::log_store::flush_all(Duration::from_secs(5));
             on_drained();
             std::process::exit(0);
@@ -259,6 +260,7 @@ pub fn run_until_signal(gw: Arc<Gateway>, on_drained: impl FnOnce() + Send + 'st
     server.run(RunArgs {
         shutdown_signal: Box::new(DrainOnSignal { started }),
     });
+    plugins::request_log::flush();
     plugins::log_store::flush_all(Duration::from_secs(5));
 }
 

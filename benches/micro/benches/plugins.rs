@@ -431,7 +431,10 @@ fn plugins(c: &mut Criterion) {
             "usage_limit (reserve + settle a cost budget, memory)",
         ),
         ("cache", "cache miss (new prompt each request, memory)"),
-        ("request_log", "request_log (one formatted line)"),
+        (
+            "request_log",
+            "request_log (the line queued for its emitter thread)",
+        ),
         ("metrics", "metrics"),
         (
             "log_store",
