@@ -91,22 +91,26 @@ pub async fn read_body(session: &mut Session, limit: usize) -> Result<Bytes, Gat
     if declared.is_some_and(|n| n > limit) {
         return Err(too_large());
     }
-    let mut body = BytesMut::with_capacity(declared.unwrap_or(0));
-    loop {
-        match session.read_request_body().await {
-            Ok(Some(chunk)) => {
-                if body.len() + chunk.len() > limit {
-                    return Err(too_large());
-                }
-                body.extend_from_slice(&chunk);
-            }
-            Ok(None) => break,
-            Err(e) => {
-                return Err(GatewayError::invalid(format!(
-                    "could not read the request body: {e}"
-                )))
-            }
+    let read_error =
+        |e: pingora::BError| GatewayError::invalid(format!("could not read the request body: {e}"));
+    // A body that arrives in one piece (most do) is kept as it came, without a copy.
+    let first = match session.read_request_body().await.map_err(read_error)? {
+        Some(chunk) if chunk.len() > limit => return Err(too_large()),
+        Some(chunk) => chunk,
+        None => return Ok(Bytes::new()),
+    };
+    let Some(second) = session.read_request_body().await.map_err(read_error)? else {
+        return Ok(first);
+    };
+    let mut body = BytesMut::with_capacity(declared.unwrap_or(0).max(first.len() + second.len()));
+    body.extend_from_slice(&first);
+    let mut next = Some(second);
+    while let Some(chunk) = next {
+        if body.len() + chunk.len() > limit {
+            return Err(too_large());
         }
+        body.extend_from_slice(&chunk);
+        next = session.read_request_body().await.map_err(read_error)?;
     }
     Ok(body.freeze())
 }

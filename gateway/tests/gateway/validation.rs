@@ -116,6 +116,61 @@ async fn malformed_json_and_oversized_bodies() {
     assert_eq!(resp.status(), 200);
 }
 
+/// A body sent in pieces without `content-length` (chunked): `pieces` of `piece_len` bytes whose
+/// concatenation is a chat request padded with spaces.
+fn chunked_chat(pieces: usize, piece_len: usize) -> reqwest::Body {
+    let total = pieces * piece_len;
+    let head =
+        br#"{"model": "mock-model", "messages": [{"role": "user", "content": "in pieces"}]}"#;
+    let mut bytes = head.to_vec();
+    bytes.resize(total.max(head.len()), b' ');
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+        bytes.chunks(piece_len).map(|c| Ok(c.to_vec())).collect();
+    reqwest::Body::wrap_stream(futures_util::stream::iter(chunks))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunked_bodies_are_read_whole_and_held_to_the_limit() {
+    let env = Env::start_with("max_body_bytes: 1048576\n").await;
+    // Several pieces under the limit: read whole and answered.
+    let resp = env
+        .post("/v1/chat/completions")
+        .header("content-type", "application/json")
+        .body(chunked_chat(8, 16 * 1024))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let seen = env.mock.requests();
+    let last = seen.last().expect("the mock got the request");
+    assert_eq!(last.body.len(), 8 * 16 * 1024, "the body arrived whole");
+    assert_eq!(
+        last.json().expect("JSON")["messages"][0]["content"],
+        "in pieces"
+    );
+    // Over the limit with no declared length: refused once the pieces pass it.
+    let resp = env
+        .post("/v1/chat/completions")
+        .header("content-type", "application/json")
+        .body(chunked_chat(40, 64 * 1024))
+        .send()
+        .await;
+    match resp {
+        Ok(resp) => {
+            expect_error(resp, 413, None).await;
+        }
+        // The gateway may answer and close before the client has sent every piece.
+        Err(e) => assert!(e.is_request() || e.is_body(), "{e}"),
+    }
+    assert_eq!(
+        env.mock.requests().len(),
+        seen.len(),
+        "nothing oversized went upstream"
+    );
+    let resp = env.chat(hello("still alive")).await;
+    assert_eq!(resp.status(), 200);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_gateway_headers_are_400s_naming_the_header() {
     let env = Env::start().await;
