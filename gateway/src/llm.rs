@@ -651,14 +651,7 @@ async fn relay_stream(
 
     // A translated stream is server-sent events whatever the provider's framing was.
     let translated = translator.is_some();
-    let upstream_headers = &exchange.header().headers;
-    let mut headers = HeaderMap::with_capacity(upstream_headers.len() + 4);
-    for (name, value) in upstream_headers
-        .iter()
-        .filter(|(n, _)| is_relayed(n) && !(translated && *n == http::header::CONTENT_TYPE))
-    {
-        headers.append(name.clone(), value.clone());
-    }
+    let mut headers = relayable_headers(&exchange.header().headers);
     if translated {
         headers.insert(
             http::header::CONTENT_TYPE,

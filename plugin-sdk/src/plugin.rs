@@ -45,7 +45,6 @@ impl Phases {
     pub const RESPONSE: Phases = Phases(1 << 3);
     pub const CHUNK: Phases = Phases(1 << 4);
     pub const LOG: Phases = Phases(1 << 5);
-    pub const NONE: Phases = Phases(0);
     pub const ALL: Phases = Phases((1 << 6) - 1);
 
     /// Whether every phase of `other` is in this set.

@@ -313,8 +313,9 @@ async fn insert_logs(
 ) -> Result<Vec<String>> {
     let now = time::now();
     let mut ids = Vec::with_capacity(records.len());
+    let head = format!("INSERT INTO request_logs ({COLUMNS}) VALUES ");
     for chunk in records.chunks(rows_per_insert(backend)) {
-        let mut sql = Sql::new(&format!("INSERT INTO request_logs ({COLUMNS}) VALUES "));
+        let mut sql = Sql::new(&head);
         for (i, r) in chunk.iter().enumerate() {
             let id = if r.id.is_empty() {
                 uuid::Uuid::new_v4().to_string()
