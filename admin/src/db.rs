@@ -333,6 +333,8 @@ pub enum Arg {
 pub struct Sql {
     text: String,
     args: Vec<Arg>,
+    /// Plain `?` placeholders instead of numbered ones (SQLite only).
+    anonymous: bool,
 }
 
 impl Sql {
@@ -340,6 +342,17 @@ impl Sql {
         Sql {
             text: text.to_owned(),
             args: Vec::new(),
+            anonymous: false,
+        }
+    }
+
+    /// A SQLite query with plain `?` placeholders, bound in order. For statements with many
+    /// values: SQLite looks a numbered placeholder up by name when it is bound, in time that
+    /// grows with the statement's placeholder count, and a `?` needs no lookup.
+    pub fn sqlite_anonymous(text: &str) -> Sql {
+        Sql {
+            anonymous: true,
+            ..Sql::new(text)
         }
     }
 
@@ -347,6 +360,12 @@ impl Sql {
     pub fn push(&mut self, text: &str) -> &mut Sql {
         self.text.push_str(text);
         self
+    }
+
+    /// Appends a placeholder for a value.
+    pub fn arg(&mut self, value: Arg) -> &mut Sql {
+        self.args.push(value);
+        self.placeholder()
     }
 
     /// Appends a placeholder for a text value.
@@ -390,6 +409,7 @@ impl Sql {
         Sql {
             text: format!("{head}{}", self.text),
             args: self.args.clone(),
+            anonymous: self.anonymous,
         }
     }
 
@@ -421,6 +441,10 @@ impl Sql {
     }
 
     fn placeholder(&mut self) -> &mut Sql {
+        if self.anonymous {
+            self.text.push('?');
+            return self;
+        }
         let mut digits = itoa::Buffer::new();
         self.text.push('$');
         self.text.push_str(digits.format(self.args.len()));

@@ -66,9 +66,13 @@ fn record(app: &App, l: &Log<'_>) -> LogRecord {
         streamed: false,
         error: None,
         request_body: Some(r#"{"model":"gpt-4o","messages":[]}"#.into()),
-        response_body: Some("plain text".into()),
+        response_body: Some(TRICKY_TEXT.into()),
     }
 }
+
+/// A body that a batch's encoding must carry unchanged: quotes, escapes, control characters,
+/// text outside ASCII and outside the Basic Multilingual Plane.
+const TRICKY_TEXT: &str = "plain text, \"quoted\" \\ back\nnew line\ttab \u{1} é 日本 🦀 \\u0041";
 
 /// Writes logs through the sink: `a` (team, openai), `b` (team, anthropic, 429), `c` (default
 /// workspace), `d` (no workspace, no organisation), in time order a < b < c < d.
@@ -214,7 +218,7 @@ async fn logs_are_listed_filtered_and_read(db: TestDb) {
         one["request_body"],
         json!({"model": "gpt-4o", "messages": []})
     );
-    assert_eq!(one["response_body"], "plain text");
+    assert_eq!(one["response_body"], TRICKY_TEXT, "stored as sent");
     assert_eq!(one["span_id"], format!("span-{a}"));
     assert_eq!(one["upstream_latency_ms"], 100);
     assert_eq!(one["retries"], 1);
