@@ -59,17 +59,24 @@ async fn run(gw: &Gateway, session: &mut Session, cx: &mut RequestCx) -> Result<
         Box::pin(respond::plugin(session, cx, r)).await;
         return Ok(());
     }
-    let plan = cx.plan.clone().ok_or_else(|| {
-        GatewayError::internal("no provider was selected: the pipeline needs provider_select")
-    })?;
-    let outcome = match &plan {
+    // The plan stays in `cx` for later phases; only what the call needs is copied out of it.
+    let plan = match &cx.plan {
+        Some(RoutePlan::Single(target)) => RoutePlan::Single(target.clone()),
+        Some(RoutePlan::Config(value)) => RoutePlan::Config(Arc::clone(value)),
+        None => {
+            return Err(GatewayError::internal(
+                "no provider was selected: the pipeline needs provider_select",
+            ))
+        }
+    };
+    let outcome = match plan {
         RoutePlan::Single(target) => {
             let timeout = cx.gw.request_timeout_ms;
-            Box::pin(call(gw, session, cx, target.clone(), timeout)).await?
+            Box::pin(call(gw, session, cx, target, timeout)).await?
         }
         RoutePlan::Config(value) => {
-            let config = RoutingConfig::parse_for_request(value)?;
-            let key = config_fingerprint(value);
+            let config = RoutingConfig::parse_for_request(&value)?;
+            let key = config_fingerprint(&value);
             let outcome = Box::pin(execute(
                 gw,
                 session,
@@ -500,12 +507,11 @@ fn encode(
     };
     let ep = &resolved.endpoint;
     let path = ep.path_and_query(&encoded.path, query.as_deref());
-    let url = format!(
-        "{}://{}{}",
-        if ep.tls { "https" } else { "http" },
-        ep.authority(),
-        path
-    );
+    let scheme = if ep.tls { "https://" } else { "http://" };
+    let mut url = String::with_capacity(scheme.len() + ep.authority().len() + path.len());
+    url.push_str(scheme);
+    url.push_str(ep.authority());
+    url.push_str(&path);
     let mut headers = HeaderMap::with_capacity(8);
     if !body.is_empty() {
         headers.insert(
@@ -522,9 +528,11 @@ fn encode(
         }),
     );
     if let Some((name, value)) = resolved.auth_header() {
-        let value = HeaderValue::from_str(&value).map_err(|_| {
+        // From the String itself (no copy); marked sensitive so that no debug output shows it.
+        let mut value = HeaderValue::try_from(value).map_err(|_| {
             GatewayError::invalid("the provider key contains characters a header cannot carry")
         })?;
+        value.set_sensitive(true);
         headers.insert(HeaderName::from_static(name), value);
     }
     for (name, value) in encoded.headers {

@@ -15,11 +15,14 @@
 //! Labels are bounded: `model` keeps the first `max_models` distinct names and folds the rest
 //! into `other`, because model names come from clients. Keys and users are never labels.
 
-use std::collections::HashSet;
-use std::sync::{Arc, RwLock};
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, OnceLock, RwLock};
 
 use async_trait::async_trait;
-use prometheus::{CounterVec, HistogramOpts, HistogramVec, IntCounterVec, Opts};
+use prometheus::{
+    Counter, CounterVec, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, Opts,
+};
 use serde::Deserialize;
 
 use plugin_sdk::{BuildCx, ConfigIssue, Phases, Plugin, PluginFactory, RequestCx};
@@ -43,6 +46,8 @@ pub struct Metrics {
     tokens: IntCounterVec,
     cost: CounterVec,
     models: ModelLabels,
+    /// Handles by label values; as bounded as the labels themselves.
+    series: RwLock<HashMap<String, Arc<Series>>>,
 }
 
 pub struct MetricsFactory;
@@ -121,6 +126,7 @@ impl PluginFactory for MetricsFactory {
             tokens,
             cost,
             models: ModelLabels::new(config.max_models),
+            series: RwLock::new(HashMap::new()),
         }))
     }
 }
@@ -141,25 +147,26 @@ impl Plugin for Metrics {
         let r = &cx.response;
         let provider = r.provider.as_deref().unwrap_or("none");
         let model_name = r.model.as_deref().or(cx.requested_model());
-        let model = self.models.label(model_name.unwrap_or("none"));
         let class = status_class(r.status.unwrap_or(0));
-        let labels = [cx.route.as_str(), provider, model.as_str(), class];
-        self.requests.with_label_values(&labels).inc();
-        self.duration
-            .with_label_values(&labels)
-            .observe(cx.started.elapsed().as_secs_f64());
+        let series = self.series(cx.route.as_str(), provider, model_name, class);
+        series.requests.inc();
+        series.duration.observe(cx.started.elapsed().as_secs_f64());
         if let Some(d) = r.upstream_latency {
-            self.upstream
-                .with_label_values(&[provider])
+            series
+                .upstream
+                .get_or_init(|| self.upstream.with_label_values(&[provider]))
                 .observe(d.as_secs_f64());
         }
         if let Some(usage) = r.usage {
-            self.tokens
-                .with_label_values(&[provider, model.as_str(), "in"])
-                .inc_by(usage.prompt_tokens);
-            self.tokens
-                .with_label_values(&[provider, model.as_str(), "out"])
-                .inc_by(usage.completion_tokens);
+            let (tokens_in, tokens_out) = series.tokens.get_or_init(|| {
+                let model = series.model.as_str();
+                (
+                    self.tokens.with_label_values(&[provider, model, "in"]),
+                    self.tokens.with_label_values(&[provider, model, "out"]),
+                )
+            });
+            tokens_in.inc_by(usage.prompt_tokens);
+            tokens_out.inc_by(usage.completion_tokens);
         }
         let cost = r.cost.or_else(|| {
             r.usage.and_then(|usage| {
@@ -168,10 +175,73 @@ impl Plugin for Metrics {
         });
         // A counter only goes up (and a negative add panics in debug builds): skip nonsense.
         if let Some(cost) = cost.filter(|c| c.is_finite() && *c > 0.0) {
-            self.cost
-                .with_label_values(&[provider, model.as_str()])
+            series
+                .cost
+                .get_or_init(|| {
+                    self.cost
+                        .with_label_values(&[provider, series.model.as_str()])
+                })
                 .inc_by(cost);
         }
+    }
+}
+
+/// The handles of one (route, provider, model, status class): looked up once per request
+/// instead of once per metric. The handles of metrics a request may not have (upstream
+/// latency, tokens, cost) are made when first used, so a series never shows up at zero.
+struct Series {
+    /// The `model` label, after folding.
+    model: String,
+    requests: IntCounter,
+    duration: Histogram,
+    upstream: OnceLock<Histogram>,
+    tokens: OnceLock<(IntCounter, IntCounter)>,
+    cost: OnceLock<Counter>,
+}
+
+impl Metrics {
+    fn series(
+        &self,
+        route: &'static str,
+        provider: &str,
+        model_name: Option<&str>,
+        class: &'static str,
+    ) -> Arc<Series> {
+        // The key joins the labels (the model's folded) with a byte no label holds; it is built
+        // in a buffer kept per thread, so a lookup allocates nothing.
+        thread_local! {
+            static KEY: RefCell<String> = const { RefCell::new(String::new()) };
+        }
+        let model = self.models.label(model_name.unwrap_or("none"));
+        KEY.with_borrow_mut(|key| {
+            key.clear();
+            for part in [route, provider, model, class] {
+                key.push_str(part);
+                key.push('\0');
+            }
+            if let Some(series) = self
+                .series
+                .read()
+                .ok()
+                .and_then(|m| m.get(key.as_str()).cloned())
+            {
+                return series;
+            }
+            let labels = [route, provider, model, class];
+            let series = Arc::new(Series {
+                requests: self.requests.with_label_values(&labels),
+                duration: self.duration.with_label_values(&labels),
+                model: model.to_owned(),
+                upstream: OnceLock::new(),
+                tokens: OnceLock::new(),
+                cost: OnceLock::new(),
+            });
+            if let Ok(mut map) = self.series.write() {
+                map.entry(key.clone()).or_insert(series).clone()
+            } else {
+                series
+            }
+        })
     }
 }
 
@@ -200,18 +270,18 @@ impl ModelLabels {
         }
     }
 
-    fn label(&self, model: &str) -> String {
+    fn label<'a>(&self, model: &'a str) -> &'a str {
         if let Ok(seen) = self.seen.read() {
             if seen.contains(model) {
-                return model.to_owned();
+                return model;
             }
         }
         match self.seen.write() {
             Ok(mut seen) if seen.len() < self.max || seen.contains(model) => {
                 seen.insert(model.to_owned());
-                model.to_owned()
+                model
             }
-            _ => "other".to_owned(),
+            _ => "other",
         }
     }
 }
@@ -311,6 +381,44 @@ mod tests {
             plugin.on_log(&answered(Some(cost)));
         }
         assert!(!exposition(&registry).contains("gw_cost_usd_total{"));
+    }
+
+    #[test]
+    fn each_label_set_counts_its_own_requests() {
+        let (plugin, registry) = built();
+        for _ in 0..3 {
+            plugin.on_log(&answered(None));
+        }
+        let mut failed = answered(None);
+        failed.response.status = Some(502);
+        failed.response.usage = None;
+        plugin.on_log(&failed);
+        let mut other = answered(None);
+        other.response.provider = Some("groq".into());
+        plugin.on_log(&other);
+        let text = exposition(&registry);
+        for (labels, count) in [
+            (
+                r#"model="gpt-4o",provider="openai",route="chat.completions",status_class="2xx""#,
+                3,
+            ),
+            (
+                r#"model="gpt-4o",provider="openai",route="chat.completions",status_class="5xx""#,
+                1,
+            ),
+            (
+                r#"model="gpt-4o",provider="groq",route="chat.completions",status_class="2xx""#,
+                1,
+            ),
+        ] {
+            let line = format!("gw_requests_total{{{labels}}} {count}");
+            assert!(text.contains(&line), "{line} in {text}");
+        }
+        // The failed request reported no tokens and added none.
+        assert!(
+            text.contains(r#"gw_tokens_total{direction="in",model="gpt-4o",provider="openai"} 30"#),
+            "{text}"
+        );
     }
 
     #[test]

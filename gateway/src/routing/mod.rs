@@ -76,7 +76,10 @@ impl ResolvedTarget {
         let key = self.target.api_key.as_deref()?;
         Some(match self.spec.auth {
             AuthStyle::Bearer | AuthStyle::OptionalBearer => {
-                ("authorization", format!("Bearer {key}"))
+                let mut value = String::with_capacity("Bearer ".len() + key.len());
+                value.push_str("Bearer ");
+                value.push_str(key);
+                ("authorization", value)
             }
             AuthStyle::Header(name) => (name, key.to_owned()),
             AuthStyle::SigV4 => return None,
