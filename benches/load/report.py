@@ -1,5 +1,9 @@
-"""Formats the load benchmark's runs (stdin: 'target conns rps p50_us p99_us' per line) as a
-Markdown table of medians, with the ratios."""
+"""Formats the load benchmark's runs (stdin: 'target conns rps p50_us p99_us round' per line)
+as a Markdown table of medians, with the ratios.
+
+The gateway/bare ratio is also given per round (the two measured one after the other), as the
+median of those ratios and their range: this shared machine's speed drifts between rounds, and
+a ratio of two runs made minutes apart mixes that drift into the result."""
 import os
 import platform
 import statistics
@@ -9,9 +13,11 @@ from collections import defaultdict
 duration, threads, rss_kb, reps = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 pipeline = sys.argv[5] if len(sys.argv) > 5 else "full"
 runs = defaultdict(list)
+by_round = defaultdict(dict)
 for line in sys.stdin:
-    target, conns, rps, p50, p99 = line.split()
+    target, conns, rps, p50, p99, rnd = line.split()
     runs[(target, int(conns))].append((float(rps), float(p50), float(p99)))
+    by_round[(int(conns), rnd)][target] = (float(rps), float(p50))
 
 
 def median(target, conns, i):
@@ -37,8 +43,22 @@ for c in (1, 64):
     for t in ("direct", "bare", "gateway"):
         print(f"| {c} | {names[t]} | {median(t, c, 0):,.0f} | {median(t, c, 1):,.0f} | {median(t, c, 2):,.0f} |")
 print()
+paired = sorted(
+    r["gateway"][0] / r["bare"][0]
+    for (c, _), r in by_round.items()
+    if c == 64 and "gateway" in r and "bare" in r
+)
+paired_p50 = sorted(
+    r["gateway"][1] - r["bare"][1]
+    for (c, _), r in by_round.items()
+    if c == 1 and "gateway" in r and "bare" in r
+)
 print(f"- gateway / bare Pingora requests/s at concurrency 64: {median('gateway', 64, 0) / median('bare', 64, 0):.2f}")
+print(f"  - per round (gateway and bare measured one after the other): median {statistics.median(paired):.2f}, "
+      f"range {paired[0]:.2f} to {paired[-1]:.2f} over {len(paired)} rounds")
 print(f"- gateway / direct requests/s at concurrency 64: {median('gateway', 64, 0) / median('direct', 64, 0):.2f}")
 print(f"- gateway p50 minus bare Pingora p50 at concurrency 1: {median('gateway', 1, 1) - median('bare', 1, 1):+.0f} us")
+print(f"  - per round: median {statistics.median(paired_p50):+.0f} us, "
+      f"range {paired_p50[0]:+.0f} to {paired_p50[-1]:+.0f} us")
 print(f"- gateway p50 minus direct p50 at concurrency 1: {median('gateway', 1, 1) - median('direct', 1, 1):+.0f} us")
 print(f"- gateway peak RSS: {rss_kb / 1024:.1f} MiB")
