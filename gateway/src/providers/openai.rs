@@ -104,12 +104,14 @@ pub fn summarize_answer(body: &[u8]) -> (Option<String>, Option<Usage>) {
         LazyLock::new(|| memmem::Finder::new(b"\"model\":"));
     static USAGE_KEY: LazyLock<memmem::FinderRev<'static>> =
         LazyLock::new(|| memmem::FinderRev::new(b"\"usage\":"));
-    let model = MODEL_KEY
-        .find(body)
-        .and_then(|at| value_at::<String>(body, at, MODEL_KEY.needle().len()));
-    let usage = USAGE_KEY
-        .rfind(body)
-        .and_then(|at| value_at::<WireUsage>(body, at, USAGE_KEY.needle().len()));
+    let model = MODEL_KEY.find(body).and_then(|at| {
+        let key_len = MODEL_KEY.needle().len();
+        plain_string_at(body, at, key_len).or_else(|| value_at::<String>(body, at, key_len))
+    });
+    let usage = USAGE_KEY.rfind(body).and_then(|at| {
+        let key_len = USAGE_KEY.needle().len();
+        plain_usage_at(body, at, key_len).or_else(|| value_at::<WireUsage>(body, at, key_len))
+    });
     if let (Some(model), Some(usage)) = (model, usage) {
         return (
             Some(model),
@@ -120,6 +122,48 @@ pub fn summarize_answer(body: &[u8]) -> (Option<String>, Option<Usage>) {
         );
     }
     full_summary(body)
+}
+
+/// The string after the key found at `at` (`key_len` bytes long) when it has no escapes (model
+/// names never do): read without a parser. `None` sends the caller to [`value_at`].
+fn plain_string_at(body: &[u8], at: usize, key_len: usize) -> Option<String> {
+    if at > 0 && body[at - 1] == b'\\' {
+        return None;
+    }
+    let rest = body[at + key_len..]
+        .trim_ascii_start()
+        .strip_prefix(b"\"")?;
+    let end = memchr::memchr2(b'"', b'\\', rest)?;
+    let text = &rest[..end];
+    if rest[end] != b'"' || text.iter().any(|&b| b < 0x20) {
+        return None;
+    }
+    std::str::from_utf8(text).ok().map(str::to_owned)
+}
+
+/// The usage object after the key found at `at` when it is flat up to its token counts, as
+/// providers write it (`{"prompt_tokens":3,"completion_tokens":5,...}`): the two counts read
+/// without a parser. Anything else (spaces, other keys first, a missing count) gives `None`,
+/// which sends the caller to [`value_at`].
+fn plain_usage_at(body: &[u8], at: usize, key_len: usize) -> Option<WireUsage> {
+    if at > 0 && body[at - 1] == b'\\' {
+        return None;
+    }
+    let rest = body[at + key_len..].strip_prefix(b"{\"prompt_tokens\":")?;
+    let (prompt_tokens, rest) = leading_number(rest)?;
+    let rest = rest.strip_prefix(b",\"completion_tokens\":")?;
+    let (completion_tokens, rest) = leading_number(rest)?;
+    matches!(rest.first(), Some(b',' | b'}')).then_some(WireUsage {
+        prompt_tokens,
+        completion_tokens,
+    })
+}
+
+/// The decimal number at the start of `bytes`, and what follows it.
+fn leading_number(bytes: &[u8]) -> Option<(u64, &[u8])> {
+    let digits = bytes.iter().take_while(|b| b.is_ascii_digit()).count();
+    let number = std::str::from_utf8(&bytes[..digits]).ok()?.parse().ok()?;
+    Some((number, &bytes[digits..]))
 }
 
 /// The JSON value after the key found at `at` (`key_len` bytes long), if it parses as `T`. A key
@@ -204,6 +248,36 @@ mod tests {
                 prompt_tokens: 1,
                 completion_tokens: 2
             }
+        );
+        // The model as written: after spaces, with escapes, outside ASCII.
+        for (body, want) in [
+            (&br#"{"model":  "gpt-4o","usage":{}}"#[..], "gpt-4o"),
+            (br#"{"model":"gpt\u002d4\"o","usage":{}}"#, "gpt-4\"o"),
+            ("{\"model\":\"modèle\",\"usage\":{}}".as_bytes(), "modèle"),
+        ] {
+            assert_eq!(summarize_answer(body).0.as_deref(), Some(want));
+        }
+        // Usage written otherwise is still read, by the parser.
+        for body in [
+            &br#"{"model":"m","usage":{"completion_tokens":5,"prompt_tokens":3}}"#[..],
+            br#"{"model":"m","usage": {"prompt_tokens": 3, "completion_tokens": 5}}"#,
+            br#"{"model":"m","usage":{"prompt_tokens":3,"completion_tokens":5,"x":{"y":1}}}"#,
+        ] {
+            let usage = summarize_answer(body).1;
+            assert_eq!(
+                usage.map(|u| (u.prompt_tokens, u.completion_tokens)),
+                Some((3, 5)),
+                "{}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        // A count that is not a whole number is not taken as one.
+        assert_eq!(
+            summarize_answer(
+                br#"{"model":"m","usage":{"prompt_tokens":3.5,"completion_tokens":5}}"#
+            )
+            .1,
+            None
         );
         // Without usage, the model still comes back.
         assert_eq!(
