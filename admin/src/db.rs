@@ -362,12 +362,6 @@ impl Sql {
         self
     }
 
-    /// Appends a placeholder for a value.
-    pub fn arg(&mut self, value: Arg) -> &mut Sql {
-        self.args.push(value);
-        self.placeholder()
-    }
-
     /// Appends a placeholder for a text value.
     pub fn text(&mut self, value: impl Into<String>) -> &mut Sql {
         self.args.push(Arg::Text(value.into()));

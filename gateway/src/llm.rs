@@ -508,10 +508,7 @@ fn encode(
     let ep = &resolved.endpoint;
     let path = ep.path_and_query(&encoded.path, query.as_deref());
     let scheme = if ep.tls { "https://" } else { "http://" };
-    let mut url = String::with_capacity(scheme.len() + ep.authority().len() + path.len());
-    url.push_str(scheme);
-    url.push_str(ep.authority());
-    url.push_str(&path);
+    let url = [scheme, ep.authority(), &path].concat();
     let mut headers = HeaderMap::with_capacity(8);
     if !body.is_empty() {
         headers.insert(

@@ -207,8 +207,9 @@ impl Metrics {
         model_name: Option<&str>,
         class: &'static str,
     ) -> Arc<Series> {
-        // The key joins the labels (the model's folded) with a byte no label holds; it is built
-        // in a buffer kept per thread, so a lookup allocates nothing.
+        // The key joins the labels (the model's folded) with NUL bytes. Only the model, sent by
+        // clients, can hold one, and it stands between labels that cannot, so two label sets
+        // never share a key. It is built in a buffer kept per thread: a lookup allocates nothing.
         thread_local! {
             static KEY: RefCell<String> = const { RefCell::new(String::new()) };
         }

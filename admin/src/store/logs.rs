@@ -12,7 +12,7 @@ use sqlx::Row;
 
 use super::audit::{self, AuditEntry};
 use super::{from_text, to_text, Actor, Store};
-use crate::db::{Arg, Backend, Sql, Tx};
+use crate::db::{Backend, Sql, Tx};
 use crate::error::{AdminError, Result};
 use crate::time;
 use crate::validate::Page;
@@ -299,65 +299,6 @@ fn rows_per_insert(backend: Backend) -> usize {
     }
 }
 
-/// The values of one stored log, in `COLUMNS` order.
-fn log_row(
-    r: &LogRecord,
-    source: LogSource,
-    default_organisation: &str,
-    now: chrono::DateTime<chrono::Utc>,
-) -> [Arg; 30] {
-    let id = if r.id.is_empty() {
-        uuid::Uuid::new_v4().to_string()
-    } else {
-        r.id.clone()
-    };
-    let trace_id = if r.trace_id.is_empty() {
-        id.clone()
-    } else {
-        r.trace_id.clone()
-    };
-    let created_at = r
-        .created_at
-        .map(chrono::DateTime::<chrono::Utc>::from)
-        .unwrap_or(now);
-    [
-        Arg::Text(id),
-        Arg::Text(
-            r.organisation_id
-                .clone()
-                .unwrap_or_else(|| default_organisation.to_owned()),
-        ),
-        Arg::OptText(r.workspace_id.clone()),
-        Arg::OptText(r.api_key_id.clone()),
-        Arg::OptText(r.user_id.clone()),
-        Arg::Text(trace_id),
-        Arg::OptText(r.span_id.clone()),
-        Arg::OptText(r.parent_span_id.clone()),
-        Arg::OptText(r.span_name.clone()),
-        Arg::Text(time::format(created_at)),
-        Arg::Text(to_text(&r.metadata)),
-        Arg::Text(r.route.clone()),
-        Arg::Text(r.method.clone()),
-        Arg::Text(r.path.clone()),
-        Arg::OptText(r.provider.clone()),
-        Arg::OptText(r.model.clone()),
-        Arg::Int(i64::from(r.status)),
-        Arg::Int(int(r.latency_ms)),
-        Arg::OptInt(r.upstream_latency_ms.map(int)),
-        Arg::Int(int(r.prompt_tokens)),
-        Arg::Int(int(r.completion_tokens)),
-        Arg::OptFloat(r.cost.filter(|c| c.is_finite())),
-        Arg::OptText(r.cache_status.clone()),
-        Arg::Int(i64::from(r.retries)),
-        Arg::OptText(r.final_target.clone()),
-        Arg::Int(i64::from(r.streamed)),
-        Arg::OptText(r.error.clone()),
-        Arg::OptText(r.request_body.clone()),
-        Arg::OptText(r.response_body.clone()),
-        Arg::Text(source.as_str().to_owned()),
-    ]
-}
-
 /// Inserts logs in `tx`, several rows per statement; a log whose id is already stored (a
 /// batch sent again) is skipped. Records without an organisation are stored under
 /// `default_organisation`; without an id or trace id they get a new one. Returns the ids.
@@ -376,19 +317,58 @@ async fn insert_logs(
             Backend::Sqlite => Sql::sqlite_anonymous(&head),
             Backend::Postgres => Sql::new(&head),
         };
-        for (i, record) in chunk.iter().enumerate() {
-            let row = log_row(record, source, default_organisation, now);
-            if let Arg::Text(id) = &row[0] {
-                ids.push(id.clone());
-            }
+        for (i, r) in chunk.iter().enumerate() {
+            let id = if r.id.is_empty() {
+                uuid::Uuid::new_v4().to_string()
+            } else {
+                r.id.clone()
+            };
+            let trace_id = if r.trace_id.is_empty() {
+                id.clone()
+            } else {
+                r.trace_id.clone()
+            };
+            let created_at = r
+                .created_at
+                .map(chrono::DateTime::<chrono::Utc>::from)
+                .unwrap_or(now);
             sql.push(if i == 0 { "(" } else { ", (" });
-            for (j, value) in row.into_iter().enumerate() {
-                if j > 0 {
-                    sql.push(", ");
-                }
-                sql.arg(value);
-            }
-            sql.push(")");
+            sql.text(id.clone()).push(", ");
+            sql.text(
+                r.organisation_id
+                    .clone()
+                    .unwrap_or_else(|| default_organisation.to_owned()),
+            )
+            .push(", ");
+            sql.opt_text(r.workspace_id.clone()).push(", ");
+            sql.opt_text(r.api_key_id.clone()).push(", ");
+            sql.opt_text(r.user_id.clone()).push(", ");
+            sql.text(trace_id).push(", ");
+            sql.opt_text(r.span_id.clone()).push(", ");
+            sql.opt_text(r.parent_span_id.clone()).push(", ");
+            sql.opt_text(r.span_name.clone()).push(", ");
+            sql.text(time::format(created_at)).push(", ");
+            sql.text(to_text(&r.metadata)).push(", ");
+            sql.text(r.route.clone()).push(", ");
+            sql.text(r.method.clone()).push(", ");
+            sql.text(r.path.clone()).push(", ");
+            sql.opt_text(r.provider.clone()).push(", ");
+            sql.opt_text(r.model.clone()).push(", ");
+            sql.int(i64::from(r.status)).push(", ");
+            sql.int(int(r.latency_ms)).push(", ");
+            sql.opt_int(r.upstream_latency_ms.map(int)).push(", ");
+            sql.int(int(r.prompt_tokens)).push(", ");
+            sql.int(int(r.completion_tokens)).push(", ");
+            sql.opt_float(r.cost.filter(|c| c.is_finite())).push(", ");
+            sql.opt_text(r.cache_status.clone()).push(", ");
+            sql.int(i64::from(r.retries)).push(", ");
+            sql.opt_text(r.final_target.clone()).push(", ");
+            sql.int(i64::from(r.streamed)).push(", ");
+            sql.opt_text(r.error.clone()).push(", ");
+            sql.opt_text(r.request_body.clone()).push(", ");
+            sql.opt_text(r.response_body.clone()).push(", ");
+            sql.text(source.as_str()).push(")");
+            ids.push(id);
         }
         sql.push(" ON CONFLICT (id) DO NOTHING");
         sql.into_query().execute(&mut **tx).await?;

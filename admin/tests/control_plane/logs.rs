@@ -521,7 +521,45 @@ async fn exports_are_started_and_downloaded(db: TestDb) {
     assert_eq!(std::str::from_utf8(&body).unwrap().lines().count(), 2);
 }
 
+/// A batch larger than one INSERT statement holds (32 rows on SQLite, 8 on PostgreSQL) is
+/// stored whole, its last statement a partial one, and sent again adds nothing.
+async fn a_large_batch_is_stored_whole(db: TestDb) {
+    let app = App::start(db).await;
+    let ids: Vec<String> = (0..70).map(|_| uuid::Uuid::new_v4().to_string()).collect();
+    let records: Vec<LogRecord> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let mut r = record(
+                &app,
+                &Log {
+                    id,
+                    minute: 0,
+                    workspace: None,
+                    provider: "openai",
+                    model: "gpt-4o",
+                    status: 200,
+                    trace: "batch",
+                },
+            );
+            r.prompt_tokens = i as u64;
+            r
+        })
+        .collect();
+    let sink = StoreSink::new(app.store.clone(), tokio::runtime::Handle::current());
+    sink.write_logs(records.clone()).await.unwrap();
+    sink.write_logs(records).await.unwrap();
+    let list = ok(&app, "GET", "/v1/logs?trace_id=batch&page_size=100", None).await;
+    assert_eq!(list["total"], 70, "{list}");
+    let one = ok(&app, "GET", &format!("/v1/logs/{}", ids[69]), None).await;
+    assert_eq!(
+        one["prompt_tokens"], 69,
+        "the last row kept its own values: {one}"
+    );
+}
+
 crate::on_both_databases!(
+    a_large_batch_is_stored_whole,
     logs_are_listed_filtered_and_read,
     logs_scopes,
     exports_are_started_and_downloaded,

@@ -76,10 +76,7 @@ impl ResolvedTarget {
         let key = self.target.api_key.as_deref()?;
         Some(match self.spec.auth {
             AuthStyle::Bearer | AuthStyle::OptionalBearer => {
-                let mut value = String::with_capacity("Bearer ".len() + key.len());
-                value.push_str("Bearer ");
-                value.push_str(key);
-                ("authorization", value)
+                ("authorization", ["Bearer ", key].concat())
             }
             AuthStyle::Header(name) => (name, key.to_owned()),
             AuthStyle::SigV4 => return None,
