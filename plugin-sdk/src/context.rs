@@ -133,4 +133,10 @@ impl RequestCx {
     pub fn requested_model(&self) -> Option<&str> {
         self.request.model()
     }
+
+    /// The model of the answer for logs and metrics: the one the provider reported, else the
+    /// one the client asked for.
+    pub fn answered_model(&self) -> Option<&str> {
+        self.response.model.as_deref().or(self.requested_model())
+    }
 }

@@ -146,7 +146,7 @@ impl Plugin for Metrics {
     fn on_log(&self, cx: &RequestCx) {
         let r = &cx.response;
         let provider = r.provider.as_deref().unwrap_or("none");
-        let model_name = r.model.as_deref().or(cx.requested_model());
+        let model_name = cx.answered_model();
         let class = status_class(r.status.unwrap_or(0));
         let series = self.series(cx.route.as_str(), provider, model_name, class);
         series.requests.inc();

@@ -107,11 +107,7 @@ impl Line {
             method: cx.method.clone(),
             path: cx.path.clone(),
             provider: r.provider.clone(),
-            model: r
-                .model
-                .as_deref()
-                .or(cx.requested_model())
-                .map(str::to_owned),
+            model: cx.answered_model().map(str::to_owned),
             status: r.status.unwrap_or(0),
             latency_us: cx.started.elapsed().as_micros() as u64,
             upstream_us: r.upstream_latency.map(|d| d.as_micros() as u64),

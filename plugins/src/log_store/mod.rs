@@ -232,11 +232,7 @@ pub fn record_of(cx: &RequestCx) -> LogRecord {
         method: cx.method.as_str().to_owned(),
         path: cx.path.clone(),
         provider: r.provider.clone(),
-        model: r
-            .model
-            .as_deref()
-            .or(cx.requested_model())
-            .map(str::to_owned),
+        model: cx.answered_model().map(str::to_owned),
         status: r.status.unwrap_or(0),
         latency_ms: elapsed.as_millis() as u64,
         upstream_latency_ms: r.upstream_latency.map(|d| d.as_millis() as u64),
