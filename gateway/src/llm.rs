@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use futures_util::future::Either;
+use futures_util::FutureExt;
 use http::{HeaderMap, HeaderName, HeaderValue};
 use pingora::http::RequestHeader;
 use pingora::proxy::Session;
@@ -385,13 +387,14 @@ async fn call(
         })
     };
     // Boxed so that this function's own state stays small (it is moved and boxed per request).
-    let bounded = Box::pin(async {
-        match timeout_ms {
-            Some(ms) => tokio::time::timeout(Duration::from_millis(ms), call)
-                .await
-                .unwrap_or_else(|_| Err(request_timeout(ms))),
-            None => call.await,
-        }
+    // `Either` rather than an async block with a `match`: such a block would hold `call` twice
+    // (as its capture and in the awaiting arm), doubling what the box copies.
+    let bounded = Box::pin(match timeout_ms {
+        Some(ms) => Either::Left(
+            tokio::time::timeout(Duration::from_millis(ms), call)
+                .map(move |done| done.unwrap_or_else(|_| Err(request_timeout(ms)))),
+        ),
+        None => Either::Right(call),
     });
     let Some(answer) = unless_client_leaves(session, bounded).await else {
         cx.response.error = Some("the client closed the connection".into());
@@ -421,17 +424,18 @@ async fn deliver(
     cx.response.upstream_latency = Some(exchange.latency);
     let status = exchange.header().status;
     let mut headers = relayable_headers(&exchange.header().headers);
-    if !status.is_success() {
-        let e = providers::error::from_provider(
+    let provider_error = (!status.is_success()).then(|| {
+        providers::error::from_provider(
             call.provider,
             status.as_u16(),
             &exchange.header().headers,
             &body,
-        );
-        Box::pin(gw.upstream.release(exchange)).await;
+        )
+    });
+    gw.upstream.release(exchange).await;
+    if let Some(e) = provider_error {
         return Err(e);
     }
-    Box::pin(gw.upstream.release(exchange)).await;
     let decoded = providers::decode(&call, body)?;
     cx.response.model = decoded.model;
     cx.response.usage = decoded.usage;

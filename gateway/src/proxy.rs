@@ -128,7 +128,7 @@ impl ProxyHttp for GatewayProxy {
             ));
         };
         match self.gw.upstream.peer(&target.endpoint).await {
-            Ok(peer) => Ok(Box::new(peer)),
+            Ok(peer) => Ok(peer),
             Err(e) => {
                 let explain = e.message.clone();
                 ctx.failure = Some(e);

@@ -12,6 +12,7 @@ mod endpoint;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use futures_util::future::BoxFuture;
 use pingora::connectors::http::v1::Connector;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::protocols::http::v1::client::HttpSession;
@@ -58,7 +59,7 @@ pub struct Exchange {
     // Boxed, like every large piece of the request path: futures that hold it are moved and
     // boxed per request, and their size is what gets copied.
     session: Box<HttpSession>,
-    peer: HttpPeer,
+    peer: Box<HttpPeer>,
     /// Time from sending the request to the response header.
     pub latency: Duration,
 }
@@ -72,10 +73,11 @@ impl Upstream {
         }
     }
 
-    /// A peer for the endpoint, its host resolved without blocking.
-    pub async fn peer(&self, endpoint: &Endpoint) -> Result<HttpPeer, GatewayError> {
+    /// A peer for the endpoint, its host resolved without blocking. Boxed: a peer is several
+    /// hundred bytes, and it travels by value through the exchange and its result.
+    pub async fn peer(&self, endpoint: &Endpoint) -> Result<Box<HttpPeer>, GatewayError> {
         let addr = self.resolver.resolve(&endpoint.host, endpoint.port).await?;
-        let mut peer = HttpPeer::new(addr, endpoint.tls, endpoint.host.clone());
+        let mut peer = Box::new(HttpPeer::new(addr, endpoint.tls, endpoint.host.clone()));
         let o = &mut peer.options;
         o.connection_timeout = Some(self.timeouts.connect);
         o.total_connection_timeout = Some(self.timeouts.connect);
@@ -90,7 +92,7 @@ impl Upstream {
     /// `header` (built per attempt rather than copied up front, since retries are rare).
     pub async fn send(
         &self,
-        peer: HttpPeer,
+        peer: Box<HttpPeer>,
         header: impl Fn() -> Result<RequestHeader, GatewayError>,
         body: Bytes,
     ) -> Result<Exchange, GatewayError> {
@@ -147,11 +149,16 @@ impl Upstream {
     }
 
     /// Returns a finished exchange's connection to the pool.
-    pub async fn release(&self, exchange: Exchange) {
-        let Exchange { session, peer, .. } = exchange;
-        self.connector
-            .release_http_session(*session, &peer, Some(self.timeouts.idle))
-            .await;
+    ///
+    /// Returns a boxed future: Pingora's release holds the whole client session by value, and
+    /// an `async fn` here would make every caller's future that much larger (and copied).
+    pub fn release(&self, exchange: Exchange) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let Exchange { session, peer, .. } = exchange;
+            self.connector
+                .release_http_session(*session, &*peer, Some(self.timeouts.idle))
+                .await;
+        })
     }
 }
 
