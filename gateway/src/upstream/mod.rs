@@ -222,18 +222,30 @@ impl Exchange {
             .map_err(|e| upstream_io_error(&self.peer, &e))
     }
 
-    /// The whole body, refusing bodies larger than `limit` bytes.
+    /// The whole body, refusing bodies larger than `limit` bytes. A body that arrives in one
+    /// piece (most answers) is returned as it came, without a copy.
     pub async fn read_to_end(&mut self, limit: usize) -> Result<Bytes, GatewayError> {
-        let mut body = BytesMut::new();
+        let mut first: Option<Bytes> = None;
+        let mut joined = BytesMut::new();
+        let mut len = 0;
         while let Some(chunk) = self.next_chunk().await? {
-            if body.len() + chunk.len() > limit {
+            len += chunk.len();
+            if len > limit {
                 return Err(GatewayError::new(
                     ErrorKind::UpstreamBadResponse,
                     format!("the provider's answer is larger than {limit} bytes"),
                 ));
             }
-            body.extend_from_slice(&chunk);
+            match first.take() {
+                None if joined.is_empty() => first = Some(chunk),
+                earlier => {
+                    if let Some(earlier) = earlier {
+                        joined.extend_from_slice(&earlier);
+                    }
+                    joined.extend_from_slice(&chunk);
+                }
+            }
         }
-        Ok(body.freeze())
+        Ok(first.unwrap_or_else(|| joined.freeze()))
     }
 }

@@ -84,6 +84,44 @@ async fn embeddings_and_moderations() {
     assert_eq!(body["results"][0]["categories"]["violence"], true);
 }
 
+/// An answer of several megabytes reaches the gateway in many reads; it is relayed whole, the
+/// same bytes the provider sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_multi_megabyte_answer_arrives_whole() {
+    let env = Env::start().await;
+    let inputs: Vec<String> = (0..64).map(|i| format!("input number {i}")).collect();
+    let request = json!({"model": "emb", "input": inputs, "dimensions": 3072});
+    let direct = env
+        .bare
+        .post(format!("{}/embeddings", env.mock.base_url()))
+        .bearer_auth(MOCK_KEY)
+        .json(&request)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(direct.status(), 200);
+    let direct = direct.bytes().await.unwrap();
+    assert!(
+        direct.len() > 1 << 20,
+        "the answer is {} bytes",
+        direct.len()
+    );
+
+    let resp = env
+        .post("/v1/embeddings")
+        .json(&request)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let relayed = resp.bytes().await.unwrap();
+    assert_eq!(relayed.len(), direct.len());
+    assert!(
+        relayed == direct,
+        "the relayed answer differs from the provider's"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fine_tuning_jobs_pass_after_and_limit() {
     let env = Env::start().await;
