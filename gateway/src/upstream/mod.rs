@@ -223,29 +223,34 @@ impl Exchange {
     }
 
     /// The whole body, refusing bodies larger than `limit` bytes. A body that arrives in one
-    /// piece (most answers) is returned as it came, without a copy.
+    /// piece (most answers) is returned as it came; only a body in several pieces is copied
+    /// into one buffer.
     pub async fn read_to_end(&mut self, limit: usize) -> Result<Bytes, GatewayError> {
-        let mut first: Option<Bytes> = None;
-        let mut joined = BytesMut::new();
-        let mut len = 0;
-        while let Some(chunk) = self.next_chunk().await? {
-            len += chunk.len();
-            if len > limit {
-                return Err(GatewayError::new(
-                    ErrorKind::UpstreamBadResponse,
-                    format!("the provider's answer is larger than {limit} bytes"),
-                ));
+        let too_large = || {
+            GatewayError::new(
+                ErrorKind::UpstreamBadResponse,
+                format!("the provider's answer is larger than {limit} bytes"),
+            )
+        };
+        let Some(first) = self.next_chunk().await? else {
+            return Ok(Bytes::new());
+        };
+        if first.len() > limit {
+            return Err(too_large());
+        }
+        let Some(mut chunk) = self.next_chunk().await? else {
+            return Ok(first);
+        };
+        let mut body = BytesMut::from(&first[..]);
+        loop {
+            if body.len() + chunk.len() > limit {
+                return Err(too_large());
             }
-            match first.take() {
-                None if joined.is_empty() => first = Some(chunk),
-                earlier => {
-                    if let Some(earlier) = earlier {
-                        joined.extend_from_slice(&earlier);
-                    }
-                    joined.extend_from_slice(&chunk);
-                }
+            body.extend_from_slice(&chunk);
+            match self.next_chunk().await? {
+                Some(next) => chunk = next,
+                None => return Ok(body.freeze()),
             }
         }
-        Ok(first.unwrap_or_else(|| joined.freeze()))
     }
 }
