@@ -56,8 +56,8 @@ pub struct Upstream {
 
 /// An exchange whose response header has arrived; the body is read from it.
 pub struct Exchange {
-    // Boxed, like every large piece of the request path: futures that hold it are moved and
-    // boxed per request, and their size is what gets copied.
+    // Both boxed, like every large piece of the request path: futures that hold an exchange
+    // are moved and boxed per request, and their size is what gets copied.
     session: Box<HttpSession>,
     peer: Box<HttpPeer>,
     /// Time from sending the request to the response header.
