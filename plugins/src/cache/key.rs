@@ -20,11 +20,16 @@
 //! span ids, the gateway API key, provider credentials, and every other header (forwarded
 //! headers included).
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::io::Write as _;
+use std::ops::Range;
 
 use ring::digest;
-use serde_json::{Map, Value};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::{Map, Number, Value};
 
 use plugin_sdk::{Principal, RequestCx, Target};
 
@@ -118,30 +123,263 @@ fn identity_settings<'a>(cx: &'a RequestCx, target: &'a Target) -> BTreeMap<&'a 
 }
 
 /// The client's JSON with `overrides` set at the top level and `stream` / `stream_options`
-/// removed, written canonically (sorted keys, no whitespace).
+/// removed, written canonically (sorted keys, no whitespace; of duplicate keys the last
+/// counts, as when parsing into a map).
+///
+/// Written straight from the parser, without building a `Value` first: the body is parsed on
+/// every cached request, and the tree of maps and strings cost more than the rest of the key.
+/// The bytes are those of [`write_canonical`] over the parsed `Value`.
 pub fn canonical_body(body: &[u8], overrides: &Map<String, Value>) -> Result<Vec<u8>, String> {
-    let mut value: Value =
-        serde_json::from_slice(body).map_err(|e| format!("the request body is not JSON: {e}"))?;
-    let Value::Object(map) = &mut value else {
-        return Err("the request body is not a JSON object".to_owned());
-    };
-    for (k, v) in overrides {
-        map.insert(k.clone(), v.clone());
-    }
-    map.remove("stream");
-    map.remove("stream_options");
     let mut out = Vec::with_capacity(body.len());
-    write_canonical(&value, &mut out);
+    let mut parser = serde_json::Deserializer::from_slice(body);
+    let top = TopLevel {
+        out: &mut out,
+        overrides,
+    };
+    parser
+        .deserialize_any(top)
+        .and_then(|()| parser.end())
+        .map_err(|e| match e.classify() {
+            serde_json::error::Category::Data => "the request body is not a JSON object".to_owned(),
+            _ => format!("the request body is not JSON: {e}"),
+        })?;
     Ok(out)
 }
 
+/// An object key, borrowed from the body unless it holds escapes.
+struct Key<'de>(Cow<'de, str>);
+
+/// An object key as written: `plain` when it was borrowed from the body as it stands, so that
+/// nothing in it needs escaping.
+struct MemberKey<'k> {
+    text: Cow<'k, str>,
+    plain: bool,
+}
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object key")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
+/// An object's members as parsed: each key with where its canonical value lies in `values`.
+struct Members<'k> {
+    entries: Vec<(MemberKey<'k>, Range<usize>)>,
+    values: Vec<u8>,
+}
+
+impl<'k> Members<'k> {
+    fn new() -> Self {
+        Members {
+            entries: Vec::new(),
+            values: Vec::new(),
+        }
+    }
+
+    /// Adds a member of the body whose value was written to `values` from `start` on.
+    fn push(&mut self, key: Cow<'k, str>, start: usize) {
+        let plain = matches!(key, Cow::Borrowed(_));
+        let end = self.values.len();
+        self.entries
+            .push((MemberKey { text: key, plain }, start..end));
+    }
+
+    /// Writes the object to `out`: keys in byte order, the last of equal keys.
+    fn write(mut self, out: &mut Vec<u8>) {
+        // Stable, so equal keys stay in the order they came and the last one is kept.
+        self.entries.sort_by(|a, b| a.0.text.cmp(&b.0.text));
+        out.push(b'{');
+        let mut first = true;
+        for (i, (key, range)) in self.entries.iter().enumerate() {
+            if self
+                .entries
+                .get(i + 1)
+                .is_some_and(|next| next.0.text == key.text)
+            {
+                continue;
+            }
+            if !first {
+                out.push(b',');
+            }
+            first = false;
+            if key.plain {
+                write_plain_string(&key.text, out);
+            } else {
+                write_string(&key.text, out);
+            }
+            out.push(b':');
+            out.extend_from_slice(&self.values[range.clone()]);
+        }
+        out.push(b'}');
+    }
+}
+
+/// The top level: an object whose `stream` fields are dropped and `overrides` set.
+struct TopLevel<'o> {
+    out: &'o mut Vec<u8>,
+    overrides: &'o Map<String, Value>,
+}
+
+impl<'de, 'o> Visitor<'de> for TopLevel<'o> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut members = Members::new();
+        while let Some(Key(key)) = map.next_key()? {
+            if key == "stream" || key == "stream_options" || self.overrides.contains_key(&*key) {
+                map.next_value::<de::IgnoredAny>()?;
+                continue;
+            }
+            let start = members.values.len();
+            map.next_value_seed(Canonical(&mut members.values))?;
+            members.push(key, start);
+        }
+        for (key, value) in self.overrides {
+            let start = members.values.len();
+            write_canonical(value, &mut members.values);
+            members.entries.push((
+                MemberKey {
+                    text: Cow::Borrowed(key.as_str()),
+                    plain: false,
+                },
+                start..members.values.len(),
+            ));
+        }
+        members.write(self.out);
+        Ok(())
+    }
+}
+
+/// Any JSON value, written canonically to the buffer it holds.
+struct Canonical<'a>(&'a mut Vec<u8>);
+
+impl<'de> DeserializeSeed<'de> for Canonical<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Canonical<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        self.0.extend_from_slice(b"null");
+        Ok(())
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
+        self.0
+            .extend_from_slice(if v { b"true" as &[u8] } else { b"false" });
+        Ok(())
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
+        write_number(&Number::from(v), self.0);
+        Ok(())
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
+        write_number(&Number::from(v), self.0);
+        Ok(())
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
+        // As `Value` does: a number JSON cannot hold is null.
+        match Number::from_f64(v) {
+            Some(n) => write_number(&n, self.0),
+            None => self.0.extend_from_slice(b"null"),
+        }
+        Ok(())
+    }
+
+    fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<(), E> {
+        write_plain_string(v, self.0);
+        Ok(())
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
+        write_string(v, self.0);
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        self.0.push(b'[');
+        let mut first = true;
+        loop {
+            let start = self.0.len();
+            if !first {
+                self.0.push(b',');
+            }
+            if seq.next_element_seed(Canonical(&mut *self.0))?.is_none() {
+                self.0.truncate(start);
+                break;
+            }
+            first = false;
+        }
+        self.0.push(b']');
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut members = Members::new();
+        while let Some(Key(key)) = map.next_key()? {
+            let start = members.values.len();
+            map.next_value_seed(Canonical(&mut members.values))?;
+            members.push(key, start);
+        }
+        members.write(self.0);
+        Ok(())
+    }
+}
+
+/// A string the parser borrowed from the body: it held no escapes, and JSON allows no
+/// quote, backslash or control character unescaped, so it is written as it stands, which is
+/// what [`write_string`] would write, without looking at each byte again.
+fn write_plain_string(s: &str, out: &mut Vec<u8>) {
+    out.reserve(s.len() + 2);
+    out.push(b'"');
+    out.extend_from_slice(s.as_bytes());
+    out.push(b'"');
+}
+
+fn write_number(n: &Number, out: &mut Vec<u8>) {
+    // Writing into a Vec cannot fail.
+    let _ = write!(out, "{n}");
+}
+
 /// JSON with object keys in byte order whatever order the map keeps, and no whitespace.
-fn write_canonical(value: &Value, out: &mut Vec<u8>) {
+pub(super) fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Null => out.extend_from_slice(b"null"),
         Value::Bool(true) => out.extend_from_slice(b"true"),
         Value::Bool(false) => out.extend_from_slice(b"false"),
-        Value::Number(n) => out.extend_from_slice(n.to_string().as_bytes()),
+        Value::Number(n) => write_number(n, out),
         Value::String(s) => write_string(s, out),
         Value::Array(items) => {
             out.push(b'[');

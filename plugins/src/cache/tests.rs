@@ -391,6 +391,160 @@ fn the_canonical_body_sorts_keys_and_drops_stream_fields() {
     assert!(key::canonical_body(b"{", &Map::new()).is_err());
 }
 
+/// The canonical body as parsing into a `Value` gives it: what the streaming writer must match.
+fn canonical_via_value(body: &[u8], overrides: &Map<String, Value>) -> Vec<u8> {
+    let mut value: Value = serde_json::from_slice(body).expect("JSON");
+    let map = value.as_object_mut().expect("an object");
+    for (k, v) in overrides {
+        map.insert(k.clone(), v.clone());
+    }
+    map.remove("stream");
+    map.remove("stream_options");
+    let mut out = Vec::new();
+    key::write_canonical(&value, &mut out);
+    out
+}
+
+#[test]
+fn the_canonical_body_matches_the_value_reference_on_tricky_input() {
+    let bodies: &[&str] = &[
+        r#"{}"#,
+        r#"{"b": 1, "a": 2, "b": 3}"#,
+        r#"{"n": [0, -0, 1.0, -1.5e-7, 1e2, 2E-3, 18446744073709551615, -9223372036854775808]}"#,
+        r#"{"big": 123456789012345678901234567890, "neg": -0.0, "f": 0.1}"#,
+        r#"{"s": "tab\there \"q\" back\\slash \u00e9 \ud83d\ude00 \u0001 / \/ é😀"}"#,
+        r#"{"\u0061": 1, "a": 2, "é": 3, "e\u0301": 4, "": 5}"#,
+        r#"{"stream": true, "stream_options": {"x": 1}, "messages": [{"role": "user",
+            "content": [{"type": "text", "text": "hi"}, {"type": "image_url",
+            "image_url": {"url": "data:,x", "detail": "low"}}]}], "temperature": 0.7}"#,
+        r#"{"a": [[], {}, [{}], null, true, false, "", [null]]}"#,
+        r#"{"model": "m", "stream": false, "model": "n"}"#,
+    ];
+    let mut overrides = Map::new();
+    overrides.insert("temperature".into(), json!(0.2));
+    overrides.insert("zz".into(), json!({"b": [1, 2.5], "a": "\u{1}"}));
+    for body in bodies {
+        for o in [&Map::new(), &overrides] {
+            assert_eq!(
+                String::from_utf8(key::canonical_body(body.as_bytes(), o).unwrap()).unwrap(),
+                String::from_utf8(canonical_via_value(body.as_bytes(), o)).unwrap(),
+                "body {body}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_canonical_body_matches_the_value_reference_on_generated_input() {
+    // A small deterministic generator: nested objects with shuffled and repeated keys, odd
+    // whitespace, escapes and numbers of every kind.
+    struct Gen(u64);
+    impl Gen {
+        fn next(&mut self, n: u64) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (self.0 >> 33) % n
+        }
+        fn space(&mut self, out: &mut String) {
+            out.push_str([" ", "", "\n ", "\t", ""][self.next(5) as usize]);
+        }
+        fn string(&mut self, out: &mut String) {
+            const PIECES: &[&str] = &[
+                "a",
+                "b",
+                "stream",
+                "model",
+                "\\\"",
+                "\\n",
+                "\\u00e9",
+                "é",
+                "\\ud83d\\ude00",
+                "\\u0000",
+                "z",
+                "\\/",
+                "0",
+            ];
+            out.push('"');
+            for _ in 0..self.next(4) {
+                out.push_str(PIECES[self.next(PIECES.len() as u64) as usize]);
+            }
+            out.push('"');
+        }
+        fn value(&mut self, depth: u32, out: &mut String) {
+            let kinds = if depth >= 4 { 6 } else { 8 };
+            match self.next(kinds) {
+                0 => out.push_str("null"),
+                1 => out.push_str(["true", "false"][self.next(2) as usize]),
+                2 => {
+                    const NUMBERS: &[&str] = &[
+                        "0",
+                        "-0",
+                        "7",
+                        "-42",
+                        "3.25",
+                        "1e3",
+                        "-2.5E-4",
+                        "0.1",
+                        "18446744073709551615",
+                        "18446744073709551616",
+                        "-9223372036854775809",
+                        "1.0",
+                        "100000000000000000000000",
+                    ];
+                    out.push_str(NUMBERS[self.next(NUMBERS.len() as u64) as usize]);
+                }
+                3..=5 => self.string(out),
+                6 => {
+                    out.push('[');
+                    for i in 0..self.next(4) {
+                        if i > 0 {
+                            out.push(',');
+                        }
+                        self.space(out);
+                        self.value(depth + 1, out);
+                    }
+                    out.push(']');
+                }
+                _ => self.object(depth + 1, out),
+            }
+        }
+        fn object(&mut self, depth: u32, out: &mut String) {
+            out.push('{');
+            for i in 0..self.next(6) {
+                if i > 0 {
+                    out.push(',');
+                }
+                self.space(out);
+                self.string(out);
+                self.space(out);
+                out.push(':');
+                self.value(depth, out);
+            }
+            self.space(out);
+            out.push('}');
+        }
+    }
+    let mut generator = Gen(7);
+    let mut overrides = Map::new();
+    overrides.insert("model".into(), json!("forced"));
+    for round in 0..2000 {
+        let mut body = String::new();
+        generator.object(0, &mut body);
+        let o = if round % 3 == 0 {
+            &overrides
+        } else {
+            &Map::new()
+        };
+        assert_eq!(
+            key::canonical_body(body.as_bytes(), o).unwrap(),
+            canonical_via_value(body.as_bytes(), o),
+            "body {body}"
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Framing
 
