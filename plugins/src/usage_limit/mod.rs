@@ -898,7 +898,17 @@ impl Plugin for UsageLimitPlugin {
             .cache_status
             .is_some_and(|s| s.eq_ignore_ascii_case("hit"));
         let usage = if cache_hit { None } else { cx.response.usage };
-        let cost = usage.and_then(|u| cx.response.cost.or_else(|| self.price_answer(cx, u)));
+        // `note_cost` priced this usage already when it saw the answer; an unpriced model
+        // is not looked up a second time.
+        let priced = cx
+            .extensions
+            .get::<Priced>()
+            .is_some_and(|p| Some(p.0) == usage);
+        let cost = usage.and_then(|u| match cx.response.cost {
+            Some(cost) => Some(cost),
+            None if priced => None,
+            None => self.price_answer(cx, u),
+        });
         let requests = if succeeded { 1.0 } else { 0.0 };
         let through = cx.extensions.get::<Through>().and_then(|t| t.0.as_deref());
         let settlement = Settlement {
