@@ -3,20 +3,19 @@
 //! The file's come first: a provider or config the operator declared cannot be replaced by one
 //! created through the API under the same slug.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::Value;
 
 use plugin_sdk::store::{ConfigStore, ProviderStore};
-use plugin_sdk::ProviderRecord;
+use plugin_sdk::{FastMap, ProviderRecord};
 
 use crate::config::GatewayConfig;
 use crate::routing::config::RoutingConfig;
 
 /// Providers from the `providers:` list of the config file.
 #[derive(Default)]
-pub struct YamlProviders(HashMap<String, Arc<ProviderRecord>>);
+pub struct YamlProviders(FastMap<String, Arc<ProviderRecord>>);
 
 impl YamlProviders {
     pub fn from_config(config: &GatewayConfig) -> Self {
@@ -38,7 +37,7 @@ impl ProviderStore for YamlProviders {
 
 /// Configs from the `configs:` list of the config file.
 #[derive(Default)]
-pub struct YamlConfigs(HashMap<String, Arc<Value>>);
+pub struct YamlConfigs(FastMap<String, Arc<Value>>);
 
 impl YamlConfigs {
     pub fn from_config(config: &GatewayConfig) -> Self {

@@ -15,6 +15,7 @@ use plugin_sdk::access::{
     ApiKeyRecord, Condition, CountedUsage, Defaults, KeyKind, KeyStatus, RateLimit, RateLimitKind,
     RateLimitPolicy, RateUnit, UsageLimit, UsageLimitPolicy, WorkspaceRecord,
 };
+use plugin_sdk::FastMap;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
@@ -30,10 +31,10 @@ use crate::validate::{self, RateLimitType};
 /// Keys, workspaces and policies as the data plane reads them. Immutable once built.
 #[derive(Debug, Default)]
 pub struct AccessData {
-    keys: HashMap<[u8; 32], Arc<ApiKeyRecord>>,
+    keys: FastMap<[u8; 32], Arc<ApiKeyRecord>>,
     /// A rotated key's previous value, with the end of its transition.
-    previous: HashMap<[u8; 32], (Arc<ApiKeyRecord>, SystemTime)>,
-    workspaces: HashMap<String, Arc<WorkspaceRecord>>,
+    previous: FastMap<[u8; 32], (Arc<ApiKeyRecord>, SystemTime)>,
+    workspaces: FastMap<String, Arc<WorkspaceRecord>>,
     rate_policies: Arc<[RateLimitPolicy]>,
     usage_policies: Arc<[UsageLimitPolicy]>,
 }

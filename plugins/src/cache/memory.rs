@@ -11,6 +11,8 @@ use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::IntGauge;
 
+use plugin_sdk::FastState;
+
 use super::config::EvictionChoice;
 use super::key::CacheKey;
 use super::store::{CacheStore, Entry, StoreError};
@@ -46,7 +48,7 @@ impl Expiry<[u8; 32], Arc<Slot>> for PerEntryTtl {
 }
 
 pub struct MemoryStore {
-    cache: Cache<[u8; 32], Arc<Slot>>,
+    cache: Cache<[u8; 32], Arc<Slot>, FastState>,
     max_bytes: u64,
 }
 
@@ -64,7 +66,7 @@ impl MemoryStore {
             })
             .expire_after(PerEntryTtl)
             .eviction_policy(policy)
-            .build();
+            .build_with_hasher(FastState::default());
         MemoryStore { cache, max_bytes }
     }
 
@@ -139,7 +141,7 @@ impl CacheStore for MemoryStore {
 
 /// Reads the cache's size at each scrape.
 struct SizeMetric {
-    cache: Cache<[u8; 32], Arc<Slot>>,
+    cache: Cache<[u8; 32], Arc<Slot>, FastState>,
     gauge: IntGauge,
 }
 

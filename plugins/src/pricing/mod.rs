@@ -28,7 +28,7 @@ use std::sync::{OnceLock, RwLock};
 use serde::Deserialize;
 
 use plugin_sdk::store::ModelPrice;
-use plugin_sdk::{ConfigIssue, Usage};
+use plugin_sdk::{ConfigIssue, FastMap, Usage};
 
 /// The shipped table: see `prices.json`.
 const SHIPPED: &str = include_str!("prices.json");
@@ -133,7 +133,7 @@ struct ShippedFile {
 /// The rows of one provider (or saved provider, or all of them), indexed for lookup.
 #[derive(Debug, Default, Clone)]
 struct Models {
-    exact: HashMap<String, Price>,
+    exact: FastMap<String, Price>,
     /// Longest first, so the first prefix that matches is the longest.
     prefixes: Vec<(String, Price)>,
 }
@@ -174,8 +174,8 @@ impl Models {
 pub struct PriceTable {
     /// Provider rows in table order (overrides replace in place or append).
     rows: Vec<(String, String, Price)>,
-    by_provider: HashMap<String, Models>,
-    by_slug: HashMap<String, Models>,
+    by_provider: FastMap<String, Models>,
+    by_slug: FastMap<String, Models>,
     any_provider: Models,
     /// Answers of [`price`](Self::price) already looked up: every request is priced, and a
     /// model without a row would otherwise scan every prefix row each time.
@@ -185,7 +185,7 @@ pub struct PriceTable {
 /// Remembered lookups by provider, then model; bounded so that clients sending ever new model
 /// names cannot grow it (past the bound, lookups are simply not remembered).
 #[derive(Debug, Default)]
-struct Found(RwLock<HashMap<String, HashMap<String, Option<Price>>>>);
+struct Found(RwLock<FastMap<String, FastMap<String, Option<Price>>>>);
 
 impl Found {
     const MAX_ENTRIES: usize = 4096;
@@ -280,7 +280,7 @@ impl PriceTable {
         rows: Vec<(String, String, Price)>,
         slugs: HashMap<String, Vec<(String, Price)>>,
     ) -> PriceTable {
-        let mut by_provider: HashMap<String, Models> = HashMap::new();
+        let mut by_provider: FastMap<String, Models> = FastMap::default();
         let mut any_provider = Models::default();
         for (provider, model, price) in &rows {
             by_provider

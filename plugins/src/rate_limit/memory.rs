@@ -11,13 +11,12 @@
 //! room, a request that needs a new counter gets a [`CounterError`] (the plugin's
 //! `on_backend_error` decides) and nothing is charged.
 
-use std::collections::hash_map::RandomState;
-use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
+use plugin_sdk::{FastMap, FastState};
 
 use super::counters::{latest_refusal, CounterError, CounterSpec, Counters, Decision};
 use crate::limits::window;
@@ -80,7 +79,7 @@ impl Entry {
 
 #[derive(Default)]
 struct Shard {
-    map: HashMap<String, Entry>,
+    map: FastMap<String, Entry>,
     /// Operations since the last sweep.
     ops: usize,
 }
@@ -113,7 +112,7 @@ pub struct MemoryCounters {
     max_counters: usize,
     /// Live counters now (stored and not yet swept).
     live: AtomicUsize,
-    hasher: RandomState,
+    hasher: FastState,
 }
 
 impl MemoryCounters {
@@ -126,7 +125,7 @@ impl MemoryCounters {
                 .collect(),
             max_counters,
             live: AtomicUsize::new(0),
-            hasher: RandomState::new(),
+            hasher: FastState::default(),
         }
     }
 

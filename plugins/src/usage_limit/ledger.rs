@@ -9,11 +9,11 @@
 //!   `used + held >= limit` or `used + held + amount > limit`; else `held += amount` on each.
 //! - `settle`: `used += actual`, `held -= reserved` (never below zero).
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
+use plugin_sdk::FastMap;
 
 /// Slack for sums of dollar amounts that are not exact in binary (ten reservations of 0.1
 /// against a limit of 1 must all pass).
@@ -97,7 +97,7 @@ pub struct MemoryLedger {
 
 #[derive(Debug)]
 struct MemoryInner {
-    counters: HashMap<String, Counter>,
+    counters: FastMap<String, Counter>,
     ops: u64,
     /// The most counters kept: a policy grouped by a client-chosen value (`metadata._user`)
     /// must not grow memory without bound.
@@ -110,7 +110,7 @@ pub const DEFAULT_MAX_COUNTERS: usize = 1_000_000;
 impl Default for MemoryInner {
     fn default() -> Self {
         MemoryInner {
-            counters: HashMap::new(),
+            counters: FastMap::default(),
             ops: 0,
             max_counters: DEFAULT_MAX_COUNTERS,
         }
