@@ -149,13 +149,6 @@ pub fn canonical_body(body: &[u8], overrides: &Map<String, Value>) -> Result<Vec
 /// An object key, borrowed from the body unless it holds escapes.
 struct Key<'de>(Cow<'de, str>);
 
-/// An object key as written: `plain` when it was borrowed from the body as it stands, so that
-/// nothing in it needs escaping.
-struct MemberKey<'k> {
-    text: Cow<'k, str>,
-    plain: bool,
-}
-
 impl<'de> Deserialize<'de> for Key<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct KeyVisitor;
@@ -176,6 +169,13 @@ impl<'de> Deserialize<'de> for Key<'de> {
         }
         d.deserialize_str(KeyVisitor)
     }
+}
+
+/// An object key as written: `plain` when it was borrowed from the body as it stands, so that
+/// nothing in it needs escaping.
+struct MemberKey<'k> {
+    text: Cow<'k, str>,
+    plain: bool,
 }
 
 /// An object's members as parsed: each key with where its canonical value lies in `values`.
