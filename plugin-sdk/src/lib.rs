@@ -23,10 +23,11 @@ pub mod target;
 pub mod time;
 
 /// The hash state of lookup tables consulted on every request (providers by slug, prices,
-/// budget and rate counters, cached answers): foldhash, seeded per process. On the short
-/// string keys these tables hold it costs a fraction of std's SipHash, which showed up in
-/// every request's profile; the per-process seed keeps keys chosen by clients from being
-/// aimed at one bucket.
+/// budget and rate counters, cached answers): foldhash. On the short string keys these tables
+/// hold it costs a fraction of std's SipHash, which showed up in every request's profile. It
+/// is seeded per process from addresses that address-space randomisation moves (foldhash is
+/// built without its `std` feature here), so clients cannot aim keys at one bucket from outside;
+/// it is not a keyed cryptographic hash, and no table relies on it being one.
 pub type FastState = foldhash::fast::RandomState;
 
 /// A `HashMap` with [`FastState`]; make one with `FastMap::default()`.
