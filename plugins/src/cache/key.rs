@@ -192,12 +192,38 @@ impl<'k> Members<'k> {
         }
     }
 
-    /// Adds a member of the body whose value was written to `values` from `start` on.
-    fn push(&mut self, key: Cow<'k, str>, start: usize) {
-        let plain = matches!(key, Cow::Borrowed(_));
-        let end = self.values.len();
-        self.entries
-            .push((MemberKey { text: key, plain }, start..end));
+    /// Reads an object's members from the parser, each value written canonically; a member
+    /// whose key `skip` names is parsed and left out.
+    fn read<'de, A: MapAccess<'de>>(
+        mut map: A,
+        skip: impl Fn(&str) -> bool,
+    ) -> Result<Members<'de>, A::Error> {
+        let mut members = Members::new();
+        while let Some(Key(key)) = map.next_key()? {
+            if skip(&key) {
+                map.next_value::<de::IgnoredAny>()?;
+                continue;
+            }
+            let start = members.values.len();
+            map.next_value_seed(Canonical(&mut members.values))?;
+            let plain = matches!(key, Cow::Borrowed(_));
+            let range = start..members.values.len();
+            members
+                .entries
+                .push((MemberKey { text: key, plain }, range));
+        }
+        Ok(members)
+    }
+
+    /// Adds a member that did not come from the body (an override).
+    fn push_value(&mut self, key: &'k str, value: &Value) {
+        let start = self.values.len();
+        write_canonical(value, &mut self.values);
+        let key = MemberKey {
+            text: Cow::Borrowed(key),
+            plain: false,
+        };
+        self.entries.push((key, start..self.values.len()));
     }
 
     /// Writes the object to `out`: keys in byte order, the last of equal keys.
@@ -243,27 +269,13 @@ impl<'de, 'o> Visitor<'de> for TopLevel<'o> {
         f.write_str("a JSON object")
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let mut members = Members::new();
-        while let Some(Key(key)) = map.next_key()? {
-            if key == "stream" || key == "stream_options" || self.overrides.contains_key(&*key) {
-                map.next_value::<de::IgnoredAny>()?;
-                continue;
-            }
-            let start = members.values.len();
-            map.next_value_seed(Canonical(&mut members.values))?;
-            members.push(key, start);
-        }
-        for (key, value) in self.overrides {
-            let start = members.values.len();
-            write_canonical(value, &mut members.values);
-            members.entries.push((
-                MemberKey {
-                    text: Cow::Borrowed(key.as_str()),
-                    plain: false,
-                },
-                start..members.values.len(),
-            ));
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<(), A::Error> {
+        let overrides = self.overrides;
+        let mut members = Members::read(map, |key| {
+            key == "stream" || key == "stream_options" || overrides.contains_key(key)
+        })?;
+        for (key, value) in overrides {
+            members.push_value(key, value);
         }
         members.write(self.out);
         Ok(())
@@ -346,14 +358,8 @@ impl<'de> Visitor<'de> for Canonical<'_> {
         Ok(())
     }
 
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let mut members = Members::new();
-        while let Some(Key(key)) = map.next_key()? {
-            let start = members.values.len();
-            map.next_value_seed(Canonical(&mut members.values))?;
-            members.push(key, start);
-        }
-        members.write(self.0);
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<(), A::Error> {
+        Members::read(map, |_| false)?.write(self.0);
         Ok(())
     }
 }
