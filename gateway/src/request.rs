@@ -56,7 +56,8 @@ pub fn context(session: &Session, route: Route) -> (RequestCx, Result<(), Gatewa
         // A malformed other header: the error answer still carries the client's trace id.
         Err(_) => GwHeader::TRACE_ID.get(&req.headers).map(str::to_owned),
     };
-    let trace_id = sent_trace_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
+    // Time-ordered, like the log ids: the logs' index on trace ids is appended to.
+    let trace_id = sent_trace_id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
     let mut cx = RequestCx::new(
         trace_id,
         route,

@@ -851,8 +851,8 @@ fn external_record(p: &Principal, at: &str, log: ExternalLog) -> Result<LogRecor
     let span_name = take(["span_name", "spanName"])?;
     let parent_span_id = take(["parent_span_id", "parentSpanId"])?;
     Ok(LogRecord {
-        id: uuid::Uuid::new_v4().to_string(),
-        trace_id: trace_id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+        id: uuid::Uuid::now_v7().to_string(),
+        trace_id: trace_id.unwrap_or_else(|| uuid::Uuid::now_v7().to_string()),
         span_id,
         parent_span_id,
         span_name,

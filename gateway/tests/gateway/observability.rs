@@ -25,12 +25,16 @@ async fn trace_ids_are_echoed_or_generated() {
     assert_eq!(resp.headers()["x-gw-trace-id"], "pk-trace");
     let resp = env.chat(hello("hi")).await;
     let generated = resp.headers()["x-gw-trace-id"].to_str().unwrap().to_owned();
-    assert_eq!(generated.len(), 36, "{generated}");
     let other = env.chat(hello("hi")).await.headers()["x-gw-trace-id"]
         .to_str()
         .unwrap()
         .to_owned();
-    assert_ne!(generated, other);
+    // Generated ids are time-ordered UUIDs: a later request's sorts after an earlier one's.
+    for id in [&generated, &other] {
+        let uuid = uuid::Uuid::parse_str(id).expect("a UUID trace id");
+        assert_eq!(uuid.get_version_num(), 7, "{id}");
+    }
+    assert!(generated < other, "{generated} then {other}");
     // Errors carry the trace id too.
     let resp = env
         .gw_post("/v1/chat/completions")

@@ -210,13 +210,16 @@ fn records_arrive_in_batches_with_the_request_fields() {
         traces,
         (0..7).map(|i| format!("trace-{i}")).collect::<Vec<_>>()
     );
-    let mut ids: Vec<&str> = records.iter().map(|r| r.id.as_str()).collect();
+    let ids: Vec<&str> = records.iter().map(|r| r.id.as_str()).collect();
     for id in &ids {
-        uuid::Uuid::parse_str(id).expect("a UUID id");
+        let id = uuid::Uuid::parse_str(id).expect("a UUID id");
+        assert_eq!(id.get_version_num(), 7, "a time-ordered id: {id}");
     }
-    ids.sort_unstable();
-    ids.dedup();
-    assert_eq!(ids.len(), 7, "every record has its own id");
+    // Ids grow in the order records are written, so the index on them is appended to.
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "ids in write order, each its own: {ids:?}"
+    );
 
     let r = &records[0];
     assert_eq!(r.span_id.as_deref(), Some("span-1"));

@@ -491,7 +491,8 @@ impl Writer {
 /// and its bodies redacted and cut.
 fn finish(entry: Entry, max_body_bytes: usize) -> LogRecord {
     let mut record = entry.record;
-    record.id = uuid::Uuid::new_v4().to_string();
+    // Time-ordered, so that the store's id index grows at one end (see `insert_logs`).
+    record.id = uuid::Uuid::now_v7().to_string();
     if entry.price_later && record.cost.is_none() {
         record.cost = super::computed_cost(
             record.provider.as_deref(),
