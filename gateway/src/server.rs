@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use pingora::listeners::{L4BufferSettings, ListenerConfig};
 use pingora::server::configuration::ServerConf;
 use pingora::server::{RunArgs, Server, ShutdownSignal, ShutdownSignalWatch};
 use prometheus::{Encoder, IntCounterVec, IntGauge, Opts, Registry, TextEncoder};
@@ -196,10 +197,19 @@ pub fn build_server(gw: Arc<Gateway>) -> Server {
         GatewayProxy { gw: gw.clone() },
         "gateway",
     );
-    service.add_tcp(&config.listen.to_string());
+    service.add_listener(
+        ListenerConfig::tcp(config.listen.to_string())
+            .l4_buffer(L4BufferSettings::default().write(CLIENT_WRITE_BUFFER)),
+    );
     server.add_service(service);
     server
 }
+
+/// The write buffer of each client connection, in bytes. A whole answer (not a stream) leaves
+/// in one send when its head and body fit: Pingora's default, 1,460 bytes, split most answers
+/// into a send for the head and one for the body, because the gateway's own headers push a
+/// small answer past it. Streams are not held back: Pingora flushes after each chunk.
+const CLIENT_WRITE_BUFFER: usize = 16 * 1024;
 
 /// Ctrl-C and SIGTERM both drain gracefully; SIGQUIT too (there is no socket hand-over).
 pub struct DrainOnSignal {
