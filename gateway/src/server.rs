@@ -205,10 +205,11 @@ pub fn build_server(gw: Arc<Gateway>) -> Server {
     server
 }
 
-/// The write buffer of each client connection, in bytes. A whole answer (not a stream) leaves
-/// in one send when its head and body fit: Pingora's default, 1,460 bytes, split most answers
-/// into a send for the head and one for the body, because the gateway's own headers push a
-/// small answer past it. Streams are not held back: Pingora flushes after each chunk.
+/// The write buffer of each client connection, in bytes (allocated per connection, beside
+/// Pingora's 64 KiB read buffer). A whole answer (not a stream) leaves in one send when its
+/// head and body fit. With Pingora's default of 1,460 bytes, an answer whose head and body
+/// together pass it goes out as two sends, and the gateway's own headers push even a small
+/// answer past it. Streams are not held back: Pingora flushes after each chunk.
 const CLIENT_WRITE_BUFFER: usize = 16 * 1024;
 
 /// Ctrl-C and SIGTERM both drain gracefully; SIGQUIT too (there is no socket hand-over).
