@@ -63,6 +63,7 @@ mod report;
 #[cfg(test)]
 mod tests;
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -338,7 +339,7 @@ impl UsageLimitPlugin {
                     now,
                     Owner {
                         scope: "policy",
-                        label,
+                        label: label.into(),
                         resource_type: "usage_limits_policy",
                         resource_id: policy.id.clone(),
                         organisation_id: Some(policy.organisation_id.clone()),
@@ -347,9 +348,16 @@ impl UsageLimitPlugin {
                 ));
             }
         }
-        // Counter ids are unique by construction; a duplicate would reserve twice.
-        let mut seen = std::collections::HashSet::new();
-        out.retain(|a| seen.insert(a.key.clone()));
+        // Counter ids are unique by construction; a duplicate would reserve twice. A request
+        // meets a handful of budgets at most, so a scan beats building a set.
+        let mut i = 0;
+        while i < out.len() {
+            if out[..i].iter().any(|a| a.key == out[i].key) {
+                out.remove(i);
+            } else {
+                i += 1;
+            }
+        }
         out
     }
 
@@ -375,24 +383,20 @@ impl UsageLimitPlugin {
             _ => rest,
         };
         let (scope, label, resource_type) = match scope {
-            "api_key" => ("api_key", "the API key's budget".to_owned(), "api_key"),
-            "workspace" => (
-                "workspace",
-                "the workspace's budget".to_owned(),
-                "workspace",
-            ),
-            "jwt" => ("jwt", "the token's budget".to_owned(), "jwt"),
+            "api_key" => ("api_key", "the API key's budget".into(), "api_key"),
+            "workspace" => ("workspace", "the workspace's budget".into(), "workspace"),
+            "jwt" => ("jwt", "the token's budget".into(), "jwt"),
             "provider" => (
                 "provider",
-                format!("the provider @{owner_id}'s budget"),
+                format!("the provider @{owner_id}'s budget").into(),
                 "provider",
             ),
             "policy" => (
                 "policy",
-                format!("usage limits policy {owner_id}"),
+                format!("usage limits policy {owner_id}").into(),
                 "usage_limits_policy",
             ),
-            _ => ("other", format!("budget {}", b.id), "budget"),
+            _ => ("other", format!("budget {}", b.id).into(), "budget"),
         };
         let mut applied = self.applied(
             b.id.clone(),
@@ -582,7 +586,8 @@ impl UsageLimitPlugin {
 #[derive(Debug)]
 struct Owner {
     scope: &'static str,
-    label: String,
+    /// How messages name the budget; the fixed ones are not copied per request.
+    label: Cow<'static, str>,
     resource_type: &'static str,
     resource_id: String,
     organisation_id: Option<String>,
@@ -694,10 +699,11 @@ fn target_model(t: &Target) -> Option<&str> {
     t.override_params.get("model").and_then(|m| m.as_str())
 }
 
-/// The request's reservation, for `on_log`.
+/// The request's reservation, for `on_log`: each budget (shared with the settlement, not
+/// copied) and what it holds.
 #[derive(Debug, Clone)]
 struct Reservation {
-    items: Vec<(Applied, f64)>,
+    items: Vec<(Arc<Applied>, f64)>,
 }
 
 /// The saved provider (slug) of the last upstream attempt.
@@ -708,9 +714,16 @@ struct Through(Option<String>);
 #[derive(Debug, Clone, Copy)]
 struct Priced(Usage);
 
-/// One settlement's context, for the events it may raise.
+/// One settlement: each budget and what settles it, in the same order.
 struct Settlement {
-    items: Vec<(Applied, Settle)>,
+    applied: Vec<Arc<Applied>>,
+    settles: Vec<Settle>,
+}
+
+/// The request a budget event names. Built only when an event is raised, except where the
+/// settlement outlives the request (a Redis ledger).
+#[derive(Clone)]
+struct Origin {
     method: String,
     uri: String,
     request_id: String,
@@ -718,12 +731,28 @@ struct Settlement {
     user_id: Option<String>,
 }
 
+impl Origin {
+    fn of(cx: &RequestCx, status: u16) -> Origin {
+        Origin {
+            method: cx.method.as_str().to_owned(),
+            uri: cx.path.clone(),
+            request_id: cx.trace_id.clone(),
+            status,
+            user_id: cx
+                .extensions
+                .get::<Principal>()
+                .and_then(|p| p.user_id.clone()),
+        }
+    }
+}
+
 impl Settlement {
     /// The charges for the control plane and, when `used` (each counter after settling) is
-    /// known, the alert and exhaustion events not sent yet.
-    fn report(&self, shared: &Shared, used: Option<&[f64]>) -> Report {
+    /// known, the alert and exhaustion events not sent yet, naming the request `origin` gives.
+    fn report(&self, shared: &Shared, used: Option<&[f64]>, origin: &dyn Fn() -> Origin) -> Report {
         let mut report = Report::default();
-        for (i, (a, s)) in self.items.iter().enumerate() {
+        let mut named: Option<Origin> = None;
+        for (i, (a, s)) in self.applied.iter().zip(&self.settles).enumerate() {
             if s.actual > 0.0 {
                 report.charges.push(UsageCharge {
                     budget_id: a.budget_id.clone(),
@@ -740,18 +769,20 @@ impl Settlement {
                 if now_used >= threshold - EPSILON
                     && shared.first_time(format!("alert|{}|{threshold}", a.key))
                 {
+                    let o = named.get_or_insert_with(origin);
                     report
                         .events
-                        .push(self.event(a, "usage_limits.alert", now_used));
+                        .push(event(o, a, "usage_limits.alert", now_used));
                     shared.metrics.alerts.with_label_values(&["alert"]).inc();
                 }
             }
             if now_used >= a.credit_limit - EPSILON
                 && shared.first_time(format!("exhausted|{}|{}", a.key, a.credit_limit))
             {
+                let o = named.get_or_insert_with(origin);
                 report
                     .events
-                    .push(self.event(a, "usage_limits.exhausted", now_used));
+                    .push(event(o, a, "usage_limits.exhausted", now_used));
                 shared
                     .metrics
                     .alerts
@@ -761,32 +792,33 @@ impl Settlement {
         }
         report
     }
+}
 
-    fn event(&self, a: &Applied, action: &str, used: f64) -> AuditEvent {
-        AuditEvent {
-            action: action.into(),
-            resource_type: a.owner.resource_type.into(),
-            resource_id: Some(a.owner.resource_id.clone()),
-            organisation_id: a.owner.organisation_id.clone(),
-            workspace_id: a.owner.workspace_id.clone(),
-            user_id: self.user_id.clone(),
-            method: self.method.clone(),
-            uri: self.uri.clone(),
-            request_id: self.request_id.clone(),
-            status: self.status,
-            client_ip: None,
-            details: json!({
-                "budget_id": a.budget_id,
-                // `entity`, not `value_key`: the audit log redacts fields named like `*key`.
-                "entity": a.value_key,
-                "type": a.unit(),
-                "current_usage": used,
-                "credit_limit": a.credit_limit,
-                "alert_threshold": a.alert_threshold,
-                "period": a.period,
-                "reset_epoch": a.reset_epoch,
-            }),
-        }
+/// The audit event `action` of budget `a`, now at `used`, raised by the request `o`.
+fn event(o: &Origin, a: &Applied, action: &str, used: f64) -> AuditEvent {
+    AuditEvent {
+        action: action.into(),
+        resource_type: a.owner.resource_type.into(),
+        resource_id: Some(a.owner.resource_id.clone()),
+        organisation_id: a.owner.organisation_id.clone(),
+        workspace_id: a.owner.workspace_id.clone(),
+        user_id: o.user_id.clone(),
+        method: o.method.clone(),
+        uri: o.uri.clone(),
+        request_id: o.request_id.clone(),
+        status: o.status,
+        client_ip: None,
+        details: json!({
+            "budget_id": a.budget_id,
+            // `entity`, not `value_key`: the audit log redacts fields named like `*key`.
+            "entity": a.value_key,
+            "type": a.unit(),
+            "current_usage": used,
+            "credit_limit": a.credit_limit,
+            "alert_threshold": a.alert_threshold,
+            "period": a.period,
+            "reset_epoch": a.reset_epoch,
+        }),
     }
 }
 
@@ -822,7 +854,7 @@ impl Plugin for UsageLimitPlugin {
             .collect();
         let reserved = self.reserve(&applied, &amounts).await?;
         cx.extensions.insert(Reservation {
-            items: applied.into_iter().zip(reserved).collect(),
+            items: applied.into_iter().map(Arc::new).zip(reserved).collect(),
         });
         Ok(Flow::Continue)
     }
@@ -862,7 +894,7 @@ impl Plugin for UsageLimitPlugin {
         let reserved = self
             .reserve(std::slice::from_ref(&applied), &[amount])
             .await?;
-        let item = (applied, reserved[0]);
+        let item = (Arc::new(applied), reserved[0]);
         match cx.extensions.get_mut::<Reservation>() {
             Some(r) => r.items.push(item),
             None => {
@@ -912,13 +944,14 @@ impl Plugin for UsageLimitPlugin {
         let requests = if succeeded { 1.0 } else { 0.0 };
         let through = cx.extensions.get::<Through>().and_then(|t| t.0.as_deref());
         let settlement = Settlement {
-            items: reservation
+            applied: reservation.items.iter().map(|(a, _)| a.clone()).collect(),
+            settles: reservation
                 .items
                 .iter()
                 .map(|(a, reserved)| {
                     // A provider's budget counts only what was spent through it.
                     let spent_here = a.through.as_deref().is_none_or(|s| through == Some(s));
-                    let settle = Settle {
+                    Settle {
                         key: a.key.clone(),
                         seed: a.seed,
                         actual: if spent_here {
@@ -928,21 +961,11 @@ impl Plugin for UsageLimitPlugin {
                         },
                         reserved: *reserved,
                         ttl: a.ttl,
-                    };
-                    (a.clone(), settle)
+                    }
                 })
                 .collect(),
-            method: cx.method.as_str().to_owned(),
-            uri: cx.path.clone(),
-            request_id: cx.trace_id.clone(),
-            status,
-            user_id: cx
-                .extensions
-                .get::<Principal>()
-                .and_then(|p| p.user_id.clone()),
         };
-        let settles: Vec<Settle> = settlement.items.iter().map(|(_, s)| s.clone()).collect();
-        if let Some(result) = self.shared.ledger.settle_now(&settles) {
+        if let Some(result) = self.shared.ledger.settle_now(&settlement.settles) {
             let used = match result {
                 Ok(used) => Some(used),
                 Err(e) => {
@@ -950,21 +973,24 @@ impl Plugin for UsageLimitPlugin {
                     None
                 }
             };
-            let report = settlement.report(&self.shared, used.as_deref());
+            let report =
+                settlement.report(&self.shared, used.as_deref(), &|| Origin::of(cx, status));
             self.shared.hand_over(report);
             return;
         }
+        let origin = Origin::of(cx, status);
         let shared = self.shared.clone();
         // Names this settlement so that a retry after a lost reply does not count it twice.
         let token = format!("{}settled:{}", self.key_prefix, uuid::Uuid::new_v4());
         self.runtime.spawn(async move {
-            let mut result = shared.ledger.settle(&token, &settles).await;
+            let settles = &settlement.settles;
+            let mut result = shared.ledger.settle(&token, settles).await;
             for wait in SETTLE_RETRIES {
                 if result.is_ok() {
                     break;
                 }
                 tokio::time::sleep(wait).await;
-                result = shared.ledger.settle(&token, &settles).await;
+                result = shared.ledger.settle(&token, settles).await;
             }
             let used = match result {
                 Ok(used) => Some(used),
@@ -979,7 +1005,7 @@ impl Plugin for UsageLimitPlugin {
                     None
                 }
             };
-            let report = settlement.report(&shared, used.as_deref());
+            let report = settlement.report(&shared, used.as_deref(), &|| origin.clone());
             shared.hand_over(report);
         });
     }

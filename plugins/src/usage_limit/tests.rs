@@ -571,6 +571,10 @@ async fn alert_and_exhaustion_events_are_sent_once() {
     assert_eq!(alert.workspace_id.as_deref(), Some("ws-1"));
     assert_eq!(alert.user_id.as_deref(), Some("user-1"));
     assert_eq!(alert.uri, "/v1/chat/completions");
+    assert_eq!(alert.method, "POST");
+    assert_eq!(alert.status, 200);
+    uuid::Uuid::parse_str(&alert.request_id).expect("the request's trace id");
+    assert_eq!(events[1].user_id.as_deref(), Some("user-1"));
     assert_eq!(alert.details["current_usage"], 2.0);
     assert_eq!(alert.details["alert_threshold"], 2.0);
     assert_eq!(events[1].details["current_usage"], 3.0);
