@@ -1,4 +1,4 @@
-"""Reads wrk --latency output on stdin; prints 'requests_per_sec p50_us p99_us'."""
+"""Reads wrk --latency output on stdin; prints 'requests_per_sec p50_us p99_us requests'."""
 import re
 import sys
 
@@ -14,9 +14,10 @@ def latency(pct):
 
 
 rps = re.search(r"Requests/sec:\s+([\d.]+)", text)
+count = re.search(r"^\s*(\d+) requests in", text, re.M)
 errors = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
-if not rps:
-    sys.exit(f"no Requests/sec in wrk output:\n{text}")
+if not rps or not count:
+    sys.exit(f"no Requests/sec or request count in wrk output:\n{text}")
 if errors:
     sys.exit(f"{errors.group(1)} failed responses:\n{text}")
-print(f"{float(rps.group(1)):.0f} {latency(50):.0f} {latency(99):.0f}")
+print(f"{float(rps.group(1)):.0f} {latency(50):.0f} {latency(99):.0f} {count.group(1)}")
