@@ -47,16 +47,9 @@ for c in (1, 64):
 print("\nCPU per request: the target process's user + system time (all its threads) over the run,")
 print("divided by the requests answered; for direct, the mock's.")
 print()
-paired = sorted(
-    r["gateway"][0] / r["bare"][0]
-    for (c, _), r in by_round.items()
-    if c == 64 and "gateway" in r and "bare" in r
-)
-paired_cpu = sorted(
-    r["bare"][2] / r["gateway"][2]
-    for (c, _), r in by_round.items()
-    if c == 64 and "gateway" in r and "bare" in r
-)
+rounds_64 = [r for (c, _), r in by_round.items() if c == 64 and "gateway" in r and "bare" in r]
+paired = sorted(r["gateway"][0] / r["bare"][0] for r in rounds_64)
+paired_cpu = sorted(r["bare"][2] / r["gateway"][2] for r in rounds_64)
 paired_p50 = sorted(
     r["gateway"][1] - r["bare"][1]
     for (c, _), r in by_round.items()
