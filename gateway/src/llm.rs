@@ -574,6 +574,9 @@ fn encode(
 /// The Pingora request header for an upstream request: `Host` first, then the request's
 /// headers, then `content-length`. Built from `http` parts, without Pingora's header-case map
 /// (HTTP/1.1 names are case-insensitive), as this runs for every request.
+///
+/// Hop-by-hop headers (a client may name them in `x-gw-forward-headers`) stay behind: they
+/// describe the client's connection, and the body is framed by `content-length` alone.
 fn pingora_request(
     req: &UpstreamRequest,
     endpoint: &Endpoint,
@@ -589,7 +592,10 @@ fn pingora_request(
         .map_err(|_| GatewayError::internal("the upstream host is not a valid header value"))?;
     headers.insert(http::header::HOST, host);
     for (name, value) in &req.headers {
-        if name != http::header::HOST && name != http::header::CONTENT_LENGTH {
+        if name != http::header::HOST
+            && name != http::header::CONTENT_LENGTH
+            && !respond::is_hop_by_hop(name)
+        {
             headers.append(name.clone(), value.clone());
         }
     }

@@ -170,6 +170,29 @@ async fn health_and_unknown_routes() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_hop_by_hop_headers_stay_behind() {
+    let env = Env::start().await;
+    let resp = env
+        .post("/v1/chat/completions")
+        .header("x-team", "blue")
+        .header("keep-alive", "timeout=5")
+        .header("proxy-authorization", "Basic c2VjcmV0")
+        .header(
+            "x-gw-forward-headers",
+            "x-team, keep-alive, proxy-authorization",
+        )
+        .json(&hello("hi"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let req = &env.mock.requests()[0];
+    assert_eq!(req.header("x-team"), Some("blue"));
+    assert_eq!(req.header("keep-alive"), None);
+    assert_eq!(req.header("proxy-authorization"), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn provider_errors_keep_their_status_and_name_the_provider() {
     let env = Env::start().await;
     let resp = env
