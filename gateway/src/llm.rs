@@ -30,6 +30,10 @@ use crate::upstream::{Endpoint, Exchange};
 /// The largest non-streamed answer the gateway accepts from a provider.
 const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
 
+/// The most upstream calls one request makes, over every fallback target and retry of its
+/// config: however a config nests groups and retries, one request cannot become a flood.
+pub const MAX_UPSTREAM_ATTEMPTS: u32 = 16;
+
 /// Headers that providers define and clients may send; forwarded as they are.
 const PROVIDER_HEADERS: [HeaderName; 4] = [
     HeaderName::from_static("openai-organization"),
@@ -173,7 +177,12 @@ fn execute<'a>(
         let settings = node.settings.inherit(inherited);
         match &node.kind {
             NodeKind::Target(target) => {
-                let target = routing::config_target(target, &settings, gw.providers.as_ref())?;
+                let target = routing::config_target(
+                    target,
+                    &settings,
+                    gw.providers.as_ref(),
+                    cx.extensions.get::<plugin_sdk::Principal>(),
+                )?;
                 try_with_retries(gw, session, cx, node, &settings, target, config_key).await
             }
             NodeKind::Group { strategy, targets } => {
@@ -302,7 +311,10 @@ async fn try_with_retries(
         let Some(retry) = settings.retry.as_ref() else {
             return result;
         };
-        if attempt >= retries || !retry.on_status_codes.contains(&status) {
+        if attempt >= retries
+            || !retry.on_status_codes.contains(&status)
+            || cx.response.upstream_attempts >= MAX_UPSTREAM_ATTEMPTS
+        {
             return result;
         }
         let wait = strategy::backoff(
@@ -334,6 +346,15 @@ async fn call(
     mut target: Target,
     timeout_ms: Option<u64>,
 ) -> Result<Outcome, GatewayError> {
+    if cx.response.upstream_attempts >= MAX_UPSTREAM_ATTEMPTS {
+        return Err(GatewayError::new(
+            ErrorKind::UpstreamUnreachable,
+            format!(
+                "the request made {MAX_UPSTREAM_ATTEMPTS} upstream attempts, the most one request may make"
+            ),
+        ));
+    }
+    cx.response.upstream_attempts += 1;
     if let Flow::Respond(r) = gw.pipeline.on_route(cx, &mut target).await? {
         Box::pin(respond::plugin(session, cx, r)).await;
         return Ok(Outcome::Done);

@@ -92,6 +92,10 @@ struct ServeArgs {
     /// Log filter, plus `json` for JSON lines (e.g. `info,json`); overrides `log`.
     #[arg(long, env = "GW_LOG")]
     log: Option<String>,
+    /// Hosts that may resolve to internal addresses (comma-separated `host` or `host:port`),
+    /// added to `egress.trusted_hosts`.
+    #[arg(long, env = "GW_TRUSTED_CUSTOM_HOSTS")]
+    trusted_custom_hosts: Option<String>,
 }
 
 fn main() -> ExitCode {
@@ -285,6 +289,7 @@ fn serve(args: ServeArgs) -> ExitCode {
         secret_key: secret_key(),
         redis_url: args.redis_url,
         log: args.log,
+        trusted_custom_hosts: args.trusted_custom_hosts,
     };
     let config = match GatewayConfig::load(&args.config, &overrides) {
         Ok(c) => c,

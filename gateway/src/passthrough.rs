@@ -50,7 +50,13 @@ pub async fn prepare(
         )
     };
     let (mut target, option_index) =
-        routing::select_target(&plan, gw.providers.as_ref(), &facts, &is_open)?;
+        routing::select_target(
+            &plan,
+            gw.providers.as_ref(),
+            cx.extensions.get::<plugin_sdk::Principal>(),
+            &facts,
+            &is_open,
+        )?;
     cx.response.option_index = option_index;
     if let Flow::Respond(r) = gw.pipeline.on_route(cx, &mut target).await? {
         return Ok(Err(r));
@@ -66,11 +72,11 @@ pub async fn prepare(
             resolved.spec.id
         )));
     }
-    let suffix = cx.path.strip_prefix("/v1").unwrap_or(&cx.path);
+    let suffix = provider_suffix(cx.path.strip_prefix("/v1").unwrap_or(&cx.path))?;
     Ok(Ok(PassthroughTarget {
         path_and_query: resolved
             .endpoint
-            .path_and_query(suffix, cx.query.as_deref()),
+            .path_and_query(&suffix, cx.query.as_deref()),
         auth: resolved.auth_header(),
         defaults: match resolved.spec.format {
             crate::providers::WireFormat::Anthropic => &[(
@@ -82,6 +88,42 @@ pub async fn prepare(
         endpoint: resolved.endpoint,
         sent_at: None,
     }))
+}
+
+/// The client's path below `/v1` as the provider gets it, below the provider's base path: `.`
+/// and `..` segments (also percent-encoded) are resolved within it, so no path leaves the
+/// base path (an excess `..` stays at it); an encoded slash or a backslash, which a provider
+/// might decode into a separator after that, is a 400.
+fn provider_suffix(path: &str) -> Result<String, GatewayError> {
+    let mut kept: Vec<&str> = Vec::new();
+    let segments: Vec<&str> = path.split('/').skip(1).collect();
+    let last = segments.len().saturating_sub(1);
+    for (i, segment) in segments.iter().enumerate() {
+        let lower = segment.to_ascii_lowercase();
+        if lower.contains("%2f") || lower.contains("%5c") || segment.contains('\\') {
+            return Err(GatewayError::invalid_param(
+                "path",
+                format!("the path {path:?} holds an encoded slash or a backslash"),
+            ));
+        }
+        match lower.replace("%2e", ".").as_str() {
+            "." => {}
+            ".." => {
+                kept.pop();
+            }
+            _ => kept.push(segment),
+        }
+        // A path ending in a dot segment still names a folder.
+        if i == last && matches!(lower.replace("%2e", ".").as_str(), "." | "..") {
+            kept.push("");
+        }
+    }
+    let mut out = String::with_capacity(path.len());
+    for segment in kept {
+        out.push('/');
+        out.push_str(segment);
+    }
+    Ok(out)
 }
 
 /// Rewrites the client's request header for the provider: path, host, credential; the
@@ -117,4 +159,30 @@ pub fn rewrite_request(target: &PassthroughTarget, req: &mut RequestHeader) -> p
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::provider_suffix;
+
+    #[test]
+    fn dot_segments_stay_below_the_base_path() {
+        for (path, want) in [
+            ("/files", "/files"),
+            ("/files/abc/content", "/files/abc/content"),
+            ("/a/./b", "/a/b"),
+            ("/a/../b", "/b"),
+            ("/../../admin", "/admin"),
+            ("/%2e%2e/%2E%2E/secret", "/secret"),
+            ("/a/b/..", "/a/"),
+            ("", ""),
+            ("/", "/"),
+        ] {
+            assert_eq!(provider_suffix(path).unwrap(), want, "{path}");
+        }
+        for bad in ["/a%2f..%2fb", "/a%5C..", "/a\\..\\b"] {
+            let err = provider_suffix(bad).unwrap_err();
+            assert_eq!(err.param.as_deref(), Some("path"), "{bad}");
+        }
+    }
 }

@@ -220,5 +220,8 @@ fn pingora_failure(e: &pingora::Error) -> GatewayError {
         _ if matches!(e.esource(), pingora::ErrorSource::Downstream) => ErrorKind::InvalidRequest,
         _ => ErrorKind::UpstreamBadResponse,
     };
-    GatewayError::new(kind, format!("passthrough failed: {e}"))
+    GatewayError::new(
+        kind,
+        format!("passthrough failed: {}", crate::upstream::describe(e)),
+    )
 }

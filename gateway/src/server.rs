@@ -144,13 +144,14 @@ impl Gateway {
             access: Arc::new(saved.clone()),
             sink: control_plane.sink(),
             redis_url: config.redis_url.clone(),
+            egress: config.egress.clone(),
         };
         let pipeline = Pipeline::build(&config.pipeline, &build)?;
         Ok(Gateway {
             breakers: Breakers::default(),
             routing_metrics,
             providers,
-            upstream: Upstream::new(config.upstream),
+            upstream: Upstream::new(config.upstream, config.egress.clone()),
             endpoints: Endpoints::new(&config.provider_base_urls),
             config,
             pipeline,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use plugin_sdk::store::{ConfigStore, ProviderStore};
+use plugin_sdk::store::{ConfigStore, ProviderStore, SavedConfig};
 use plugin_sdk::{FastMap, ProviderRecord};
 
 use crate::config::GatewayConfig;
@@ -71,6 +71,13 @@ impl<A: ConfigStore, B: ConfigStore> ConfigStore for FileFirst<A, B> {
         self.0
             .config(id_or_slug)
             .or_else(|| self.1.config(id_or_slug))
+    }
+
+    // Each store's own: the control plane's configs carry their owner.
+    fn saved_config(&self, id_or_slug: &str) -> Option<SavedConfig> {
+        self.0
+            .saved_config(id_or_slug)
+            .or_else(|| self.1.saved_config(id_or_slug))
     }
 }
 

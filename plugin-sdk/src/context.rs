@@ -75,6 +75,8 @@ pub struct ResponseInfo {
     pub cache_status: Option<&'static str>,
     /// Retries of the target that answered (attempts beyond its first).
     pub retries: u32,
+    /// Upstream calls made for the request, across targets and retries.
+    pub upstream_attempts: u32,
     /// Set when every retry was used and the last answer still failed.
     pub retries_exhausted: bool,
     /// The config node that answered (`config.targets[1]`), when a config routed the request.

@@ -11,6 +11,7 @@
 
 pub mod access;
 pub mod context;
+pub mod egress;
 pub mod error;
 pub mod flow;
 pub mod headers;

@@ -31,6 +31,9 @@ pub struct BuildCx {
     pub sink: SharedSink,
     /// `GW_REDIS_URL`: counters and cache shared by several instances. `None`: in-process.
     pub redis_url: Option<String>,
+    /// The hosts the operator trusts to be internal; every other host a plugin reaches for a
+    /// request (a webhook, a URL check) must resolve to a public address.
+    pub egress: crate::egress::EgressPolicy,
 }
 
 impl BuildCx {
@@ -44,6 +47,7 @@ impl BuildCx {
             access: Arc::new(crate::access::NoAccess),
             sink: Arc::new(crate::sinks::Discard),
             redis_url: None,
+            egress: crate::egress::EgressPolicy::default(),
         }
     }
 }

@@ -7,7 +7,35 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::access::{CountedUsage, RateLimit, UsageLimit};
+use crate::access::{CountedUsage, Principal, RateLimit, UsageLimit};
+
+/// The workspace (and its organisation) that owns a provider or config saved through the
+/// control plane. What the YAML file declares has no owner: the operator's, usable by every
+/// caller.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Owner {
+    pub organisation_id: String,
+    pub workspace_id: String,
+}
+
+impl Owner {
+    /// Whether `who` may use what this owner saved: a caller of the same workspace (a
+    /// workspace key, a user key, a JWT naming the workspace), or an organisation (admin) key
+    /// of the same organisation. A request without a caller (a pipeline without `auth`) may
+    /// use nothing a workspace owns.
+    pub fn admits(&self, who: Option<&Principal>) -> bool {
+        let Some(who) = who else { return false };
+        match who.workspace_id.as_deref() {
+            Some(ws) => ws == self.workspace_id,
+            None => who.organisation_id.as_deref() == Some(self.organisation_id.as_str()),
+        }
+    }
+}
+
+/// Whether `who` may use something with this owner (`None`: the operator's, open to all).
+pub fn usable_by(owner: Option<&Owner>, who: Option<&Principal>) -> bool {
+    owner.is_none_or(|o| o.admits(who))
+}
 
 /// A saved provider, addressed in requests as `x-gw-provider: @slug` or, the legacy way, as
 /// `x-gw-virtual-key: slug`.
@@ -37,6 +65,9 @@ pub struct ProviderRecord {
     /// through this provider are priced by these first, before any price table. Empty (the
     /// default, and always for providers declared in the YAML file): none.
     pub model_prices: Vec<ModelPrice>,
+    /// Who may use it (see [`Owner::admits`]); `None` (the default, and always for providers
+    /// declared in the YAML file): every caller.
+    pub owner: Option<Owner>,
 }
 
 /// The price of one model through a saved provider, in US dollars per million tokens.
@@ -62,18 +93,50 @@ impl std::fmt::Debug for ProviderRecord {
             .field("usage_limits", &self.usage_limits)
             .field("counted", &self.counted)
             .field("model_prices", &self.model_prices)
+            .field("owner", &self.owner)
             .finish()
     }
 }
 
 /// Saved providers by slug.
 pub trait ProviderStore: Send + Sync {
+    /// The provider saved under `slug`, whoever owns it. Requests look providers up with
+    /// [`provider_for`](ProviderStore::provider_for).
     fn provider(&self, slug: &str) -> Option<Arc<ProviderRecord>>;
+
+    /// The provider saved under `slug` if `who` may use it. One the caller may not use is
+    /// `None`, exactly as a slug that does not exist: an answer must not tell them apart.
+    fn provider_for(&self, slug: &str, who: Option<&Principal>) -> Option<Arc<ProviderRecord>> {
+        self.provider(slug)
+            .filter(|r| usable_by(r.owner.as_ref(), who))
+    }
+}
+
+/// A saved routing config with its owner.
+#[derive(Debug, Clone)]
+pub struct SavedConfig {
+    /// `None` for configs declared in the YAML file (usable by every caller).
+    pub owner: Option<Owner>,
+    pub body: Arc<Value>,
 }
 
 /// Saved routing configs by id or slug.
 pub trait ConfigStore: Send + Sync {
+    /// The body of the config saved under `id_or_slug`, whoever owns it.
     fn config(&self, id_or_slug: &str) -> Option<Arc<Value>>;
+
+    /// The config with its owner. Default: the body of [`config`](ConfigStore::config), with no
+    /// owner (a store of the operator's own configs).
+    fn saved_config(&self, id_or_slug: &str) -> Option<SavedConfig> {
+        self.config(id_or_slug).map(|body| SavedConfig { owner: None, body })
+    }
+
+    /// The config's body if `who` may use it; else `None`, as for an unknown id.
+    fn config_for(&self, id_or_slug: &str, who: Option<&Principal>) -> Option<Arc<Value>> {
+        self.saved_config(id_or_slug)
+            .filter(|c| usable_by(c.owner.as_ref(), who))
+            .map(|c| c.body)
+    }
 }
 
 /// A store with nothing in it.

@@ -18,7 +18,8 @@ use serde_json::Value;
 use plugin_sdk::headers::GwHeader;
 use plugin_sdk::store::{ConfigStore, ProviderStore};
 use plugin_sdk::{
-    BuildCx, Flow, GatewayError, Phases, Plugin, PluginFactory, RequestCx, RoutePlan, Target,
+    BuildCx, Flow, GatewayError, Phases, Plugin, PluginFactory, Principal, RequestCx, RoutePlan,
+    Target,
 };
 
 /// `provider_select` takes no settings.
@@ -76,6 +77,13 @@ impl ProviderSelect {
         } else if provider_id.is_some() {
             ways.push(GwHeader::PROVIDER.primary.to_owned() + ": <provider id>");
         }
+        if (saved_ref.is_some() || gw.virtual_key.is_some()) && gw.custom_host.is_some() {
+            return Err(GatewayError::invalid_param(
+                GwHeader::CUSTOM_HOST.primary,
+                "a saved provider's key goes only to the host saved with it: send \
+                 x-gw-custom-host with x-gw-provider: <provider id> and your own key instead",
+            ));
+        }
         match ways.len() {
             0 => return Err(no_provider("no provider was selected")),
             1 => {}
@@ -87,13 +95,16 @@ impl ProviderSelect {
             }
         }
 
+        let who = cx.extensions.get::<Principal>();
         if let Some(slug) = saved_ref.or(gw.virtual_key.as_deref()) {
             let header = if saved_ref.is_some() {
                 GwHeader::PROVIDER.primary
             } else {
                 GwHeader::VIRTUAL_KEY.primary
             };
-            let record = self.providers.provider(slug).ok_or_else(|| {
+            // Not found and not the caller's answer alike: nothing tells that a slug exists
+            // in another workspace.
+            let record = self.providers.provider_for(slug, who).ok_or_else(|| {
                 GatewayError::invalid_param(
                     header,
                     format!("no saved provider has the slug {slug:?}"),
@@ -115,7 +126,7 @@ impl ProviderSelect {
                         )
                     })?
             } else {
-                self.configs.config(raw).ok_or_else(|| {
+                self.configs.config_for(raw, who).ok_or_else(|| {
                     GatewayError::invalid_param(
                         GwHeader::CONFIG.primary,
                         format!("no saved config has the id {raw:?}"),

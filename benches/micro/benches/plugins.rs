@@ -182,6 +182,7 @@ impl Fixture {
             access: Arc::new(published),
             sink: fx.gw.control_plane.sink(),
             redis_url: None,
+            egress: Default::default(),
         };
         assert_eq!(
             build.access.rate_limit_policies().len(),

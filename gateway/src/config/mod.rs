@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use plugin_sdk::egress::{self, EgressPolicy, TrustedHost};
 use plugin_sdk::{ConfigIssue, PluginDescriptor, ProviderRecord};
 
 use crate::providers::table;
@@ -55,6 +56,10 @@ pub struct GatewayConfig {
     /// Saved routing configs by id.
     pub configs: BTreeMap<String, Value>,
     pub pipeline: Vec<PipelineEntry>,
+    /// The hosts that may resolve to internal addresses: `egress.trusted_hosts`,
+    /// `GW_TRUSTED_CUSTOM_HOSTS`, and every host the file itself names (`provider_base_urls`,
+    /// `providers[].custom_host`). Every other upstream host must resolve to a public address.
+    pub egress: EgressPolicy,
 }
 
 /// One validated pipeline entry.
@@ -86,6 +91,8 @@ pub struct Overrides {
     pub secret_key: Option<Secret>,
     pub redis_url: Option<String>,
     pub log: Option<String>,
+    /// `GW_TRUSTED_CUSTOM_HOSTS`: comma-separated hosts, added to `egress.trusted_hosts`.
+    pub trusted_custom_hosts: Option<String>,
 }
 
 /// A secret setting: its `Debug` form never shows the value.
@@ -254,6 +261,21 @@ fn validate(json: Value, overrides: &Overrides) -> Result<GatewayConfig, ConfigE
         ),
     };
 
+    // Hosts the operator names (in the file or the environment) may be internal.
+    let mut trusted: Vec<TrustedHost> = Vec::new();
+    for (i, host) in raw.egress.trusted_hosts.iter().enumerate() {
+        match TrustedHost::parse(host) {
+            Ok(t) => trusted.push(t),
+            Err(e) => issues.push(ConfigIssue::new(format!("egress.trusted_hosts[{i}]"), e)),
+        }
+    }
+    if let Some(list) = &overrides.trusted_custom_hosts {
+        match egress::parse_list(list) {
+            Ok(hosts) => trusted.extend(hosts),
+            Err(e) => issues.push(ConfigIssue::new(egress::TRUSTED_HOSTS_VAR, e)),
+        }
+    }
+
     let mut providers: Vec<ProviderRecord> = Vec::new();
     for (i, p) in raw.providers.into_iter().enumerate() {
         let path = format!("providers[{i}]");
@@ -287,8 +309,9 @@ fn validate(json: Value, overrides: &Overrides) -> Result<GatewayConfig, ConfigE
                 }
                 let custom_host = p.custom_host.filter(|h| !h.is_empty());
                 if let Some(host) = &custom_host {
-                    if let Err(e) = Endpoint::parse(host) {
-                        issues.push(ConfigIssue::new(format!("{path}.custom_host"), e));
+                    match Endpoint::parse(host) {
+                        Ok(ep) => trusted.push(trusted_endpoint(&ep)),
+                        Err(e) => issues.push(ConfigIssue::new(format!("{path}.custom_host"), e)),
                     }
                 }
                 providers.push(ProviderRecord {
@@ -318,6 +341,7 @@ fn validate(json: Value, overrides: &Overrides) -> Result<GatewayConfig, ConfigE
         }
         match Endpoint::parse(&url) {
             Ok(ep) => {
+                trusted.push(trusted_endpoint(&ep));
                 provider_base_urls.insert(id, ep);
             }
             Err(e) => issues.push(ConfigIssue::new(path, e)),
@@ -404,7 +428,22 @@ fn validate(json: Value, overrides: &Overrides) -> Result<GatewayConfig, ConfigE
         provider_base_urls,
         configs,
         pipeline,
+        egress: {
+            let mut policy = EgressPolicy::default();
+            for t in trusted {
+                policy.trust(t);
+            }
+            policy
+        },
     })
+}
+
+/// A host:port the file names, trusted as the operator's.
+fn trusted_endpoint(ep: &Endpoint) -> TrustedHost {
+    TrustedHost {
+        host: ep.host.to_ascii_lowercase(),
+        port: Some(ep.port),
+    }
 }
 
 /// True when two listen addresses would take the same port: the same port (not 0, which picks

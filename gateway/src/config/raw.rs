@@ -31,6 +31,8 @@ pub struct RawGatewayConfig {
     pub upstream: RawUpstream,
     #[serde(default)]
     pub shutdown: RawShutdown,
+    #[serde(default)]
+    pub egress: RawEgress,
     /// Control-plane database. Default: `sqlite://gateway.db`. `GW_DATABASE_URL` overrides.
     #[serde(default)]
     pub database_url: Option<String>,
@@ -72,6 +74,17 @@ pub struct RawUpstream {
     pub write_timeout_ms: Option<u64>,
     /// How long idle provider connections stay pooled. Default: 90000.
     pub idle_timeout_ms: Option<u64>,
+}
+
+/// Which hosts named by requests or the control plane (custom hosts, integrations' hosts,
+/// webhook and URL checks) may resolve to internal addresses.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawEgress {
+    /// Hosts trusted to be internal: `host` (every port) or `host:port`. Default: none.
+    /// `GW_TRUSTED_CUSTOM_HOSTS` (comma-separated) adds to them.
+    #[serde(default)]
+    pub trusted_hosts: Vec<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -354,6 +354,9 @@ impl RoutingConfig {
     pub fn parse(value: &Value) -> Result<RoutingConfig, Vec<ConfigProblem>> {
         let mut problems = Vec::new();
         let root = parse_node(value, "", "config", &mut problems);
+        if let Some(root) = &root {
+            check_saved_hosts(root, None, &mut problems);
+        }
         match root {
             Some(root) if problems.is_empty() => Ok(RoutingConfig { root }),
             _ => Err(problems),
@@ -370,6 +373,44 @@ impl RoutingConfig {
             )
             .with_code(CODE)
         })
+    }
+}
+
+/// A saved provider's key goes only to the host saved with it: a target naming a saved provider
+/// may not set `custom_host` nor inherit one. `inherited` is the JSON path of the nearest
+/// ancestor's `custom_host`.
+fn check_saved_hosts(node: &Node, inherited: Option<&str>, problems: &mut Vec<ConfigProblem>) {
+    let path = node
+        .path
+        .strip_prefix("config")
+        .unwrap_or(&node.path)
+        .trim_start_matches('.');
+    let own = node
+        .settings
+        .custom_host
+        .as_ref()
+        .map(|_| join(path, "custom_host"));
+    let host_at = own.as_deref().or(inherited);
+    match &node.kind {
+        NodeKind::Target(TargetRef::Saved(_)) => {
+            if let Some(at) = host_at {
+                problem(
+                    problems,
+                    at.to_owned(),
+                    format!(
+                        "{} names a saved provider, whose key goes only to the host saved with \
+                         it: remove custom_host, or use a provider id with an api_key of its own",
+                        if path.is_empty() { "the config" } else { path }
+                    ),
+                );
+            }
+        }
+        NodeKind::Target(TargetRef::Provider { .. }) => {}
+        NodeKind::Group { targets, .. } => {
+            for child in targets {
+                check_saved_hosts(child, host_at, problems);
+            }
+        }
     }
 }
 

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use plugin_sdk::headers::GwHeader;
 use plugin_sdk::store::ProviderStore;
-use plugin_sdk::{GatewayError, RoutePlan, Target};
+use plugin_sdk::{GatewayError, Principal, RoutePlan, Target};
 
 use config::{Node, NodeKind, RoutingConfig, Settings, TargetRef};
 
@@ -92,6 +92,7 @@ impl ResolvedTarget {
 pub fn select_target(
     plan: &RoutePlan,
     providers: &dyn ProviderStore,
+    who: Option<&Principal>,
     facts: &strategy::RequestFacts<'_>,
     is_open: &dyn Fn(&Node) -> bool,
 ) -> Result<(Target, Option<String>), GatewayError> {
@@ -105,7 +106,7 @@ pub fn select_target(
     loop {
         let (strategy, targets) = match &node.kind {
             NodeKind::Target(target) => {
-                let target = config_target(target, &settings, providers)?;
+                let target = config_target(target, &settings, providers, who)?;
                 return Ok((target, Some(node.path.clone())));
             }
             NodeKind::Group { strategy, targets } => (strategy, targets),
@@ -122,11 +123,14 @@ pub fn select_target(
     }
 }
 
-/// The target of a config's target node, with the settings it runs with.
+/// The target of a config's target node, with the settings it runs with. A saved provider is
+/// one `who` may use: another workspace's is answered as an unknown slug. Its host is the one
+/// saved with it (validation refuses a `custom_host` beside a saved provider).
 pub fn config_target(
     target: &TargetRef,
     settings: &Settings,
     providers: &dyn ProviderStore,
+    who: Option<&Principal>,
 ) -> Result<Target, GatewayError> {
     let mut out = match target {
         TargetRef::Provider {
@@ -140,7 +144,7 @@ pub fn config_target(
             ..Target::default()
         },
         TargetRef::Saved(slug) => {
-            let record = providers.provider(slug).ok_or_else(|| {
+            let record = providers.provider_for(slug, who).ok_or_else(|| {
                 GatewayError::invalid_param(
                     GwHeader::CONFIG.primary,
                     format!("no saved provider has the slug {slug:?}"),
@@ -150,7 +154,7 @@ pub fn config_target(
             Target::from_record(&record)
         }
     };
-    if settings.custom_host.is_some() {
+    if let TargetRef::Provider { .. } = target {
         out.custom_host = settings.custom_host.clone();
     }
     out.override_params = settings.override_params.clone();

@@ -14,6 +14,7 @@ mod dns;
 mod endpoint;
 
 use std::io::IoSlice;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -25,9 +26,10 @@ use pingora::protocols::Stream;
 use pingora::upstreams::peer::{HttpPeer, Peer};
 use tokio::io::AsyncWriteExt;
 
+use plugin_sdk::egress::EgressPolicy;
 use plugin_sdk::{ErrorKind, GatewayError};
 
-pub use dns::Resolver;
+pub use dns::{Lookup, Resolver, SystemLookup};
 pub use endpoint::Endpoint;
 
 /// Timeouts applied to every upstream connection.
@@ -58,6 +60,7 @@ impl Default for UpstreamTimeouts {
 pub struct Upstream {
     connector: TransportConnector,
     resolver: Resolver,
+    egress: EgressPolicy,
     timeouts: UpstreamTimeouts,
 }
 
@@ -72,18 +75,33 @@ pub struct Exchange {
 }
 
 impl Upstream {
-    pub fn new(timeouts: UpstreamTimeouts) -> Self {
+    pub fn new(timeouts: UpstreamTimeouts, egress: EgressPolicy) -> Self {
+        Upstream::with_lookup(timeouts, egress, Arc::new(SystemLookup))
+    }
+
+    /// Like [`Upstream::new`], with names looked up by `lookup` (tests map names to the
+    /// addresses a case needs).
+    pub fn with_lookup(
+        timeouts: UpstreamTimeouts,
+        egress: EgressPolicy,
+        lookup: Arc<dyn Lookup>,
+    ) -> Self {
         Upstream {
             connector: TransportConnector::new(None),
-            resolver: Resolver::default(),
+            resolver: Resolver::with_lookup(lookup),
+            egress,
             timeouts,
         }
     }
 
-    /// A peer for the endpoint, its host resolved without blocking. Boxed: a peer is several
-    /// hundred bytes, and it travels by value through the exchange and its result.
+    /// A peer for the endpoint, its host resolved without blocking and its address checked by
+    /// the egress policy: every connection, pooled or new, is made to a peer from here, so a
+    /// refused address is never connected to. Boxed: a peer is several hundred bytes, and it
+    /// travels by value through the exchange and its result.
     pub async fn peer(&self, endpoint: &Endpoint) -> Result<Box<HttpPeer>, GatewayError> {
         let addr = self.resolver.resolve(&endpoint.host, endpoint.port).await?;
+        self.egress
+            .check(&endpoint.host, endpoint.port, addr.ip())?;
         let mut peer = Box::new(HttpPeer::new(addr, endpoint.tls, endpoint.host.clone()));
         let o = &mut peer.options;
         o.connection_timeout = Some(self.timeouts.connect);
@@ -143,14 +161,10 @@ impl Upstream {
         let stream = Box::pin(self.connector.new_stream(peer))
             .await
             .map_err(|e| {
+                // The host only: the address it resolved to is the operator's business.
                 GatewayError::new(
                     ErrorKind::UpstreamUnreachable,
-                    format!(
-                        "cannot connect to {} ({}): {}",
-                        peer.sni,
-                        peer._address,
-                        connect_failure(&e)
-                    ),
+                    format!("cannot connect to {}: {}", peer.sni, connect_failure(&e)),
                 )
             })?;
         Ok((stream, false))
@@ -225,6 +239,17 @@ async fn write_request(
         .map_err(failed)
 }
 
+/// Pingora's text of an upstream failure, except for a failed connection, whose text names the
+/// address it tried: that is told by its kind alone (the address is the operator's business).
+pub(crate) fn describe(e: &pingora::Error) -> String {
+    use pingora::ErrorType::*;
+    match e.etype() {
+        ConnectTimedout | ConnectRefused | ConnectNoRoute | ConnectError | TLSHandshakeFailure
+        | TLSHandshakeTimedout => connect_failure(e),
+        _ => e.to_string(),
+    }
+}
+
 /// A short reason for a failed connection, without Pingora's internal context.
 fn connect_failure(e: &pingora::Error) -> String {
     match e.etype() {
@@ -249,7 +274,7 @@ fn upstream_io_error(peer: &HttpPeer, e: &pingora::Error) -> GatewayError {
         | pingora::ErrorType::TLSHandshakeFailure => ErrorKind::UpstreamUnreachable,
         _ => ErrorKind::UpstreamBadResponse,
     };
-    GatewayError::new(kind, format!("upstream {} failed: {e}", peer.sni))
+    GatewayError::new(kind, format!("upstream {} failed: {}", peer.sni, describe(e)))
 }
 
 impl Exchange {

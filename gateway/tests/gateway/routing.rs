@@ -63,7 +63,8 @@ async fn fallback_goes_on_to_a_healthy_target_and_says_which_answered() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fallback_only_on_the_listed_statuses_and_never_on_the_gateways_own_errors() {
-    let env = Env::start().await;
+    // Loopback is trusted here, so that a closed local port is connected to (and refused).
+    let env = Env::start_with("egress:\n  trusted_hosts: [127.0.0.1]\n").await;
     let config = json!({"strategy": {"mode": "fallback", "on_status_codes": [429]},
                         "targets": [faulty(&env, "status=500"), healthy(&env)]});
     let resp = chat_with_config(&env, &config, hello("hi")).await;

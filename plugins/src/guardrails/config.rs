@@ -24,6 +24,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::Value;
 
+use plugin_sdk::egress::TrustedHost;
 use plugin_sdk::ConfigIssue;
 
 use super::checks::Check;
@@ -108,6 +109,14 @@ impl Hook {
     /// Whether any check calls the network.
     pub fn needs_network(&self) -> bool {
         self.checks.iter().any(Check::needs_network)
+    }
+
+    /// The hosts (with ports) of this hook's webhooks.
+    pub fn webhook_hosts(&self) -> impl Iterator<Item = TrustedHost> + '_ {
+        self.checks.iter().filter_map(|c| match c {
+            Check::Webhook(w) => w.host(),
+            _ => None,
+        })
     }
 }
 

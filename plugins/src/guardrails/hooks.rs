@@ -124,7 +124,8 @@ fn side_label(side: Side) -> &'static str {
 /// Runs hooks; shared by every request of one plugin.
 #[derive(Clone)]
 pub struct Runner {
-    pub http: reqwest::Client,
+    /// The client of checks that call the network, held to the egress policy.
+    pub net: super::net::Net,
     pub metrics: GuardMetrics,
 }
 
@@ -170,7 +171,7 @@ impl Runner {
             .filter(|(_, c)| c.needs_network())
             .map(|(i, c)| async move {
                 let t = Instant::now();
-                (i, c.id(), c.run(&input, &self.http).await, t)
+                (i, c.id(), c.run(&input, &self.net).await, t)
             });
         for (i, id, outcome, t) in join_all(network).await {
             slots[i] = Some(check_result(id, outcome, t));

@@ -41,6 +41,7 @@
 pub mod checks;
 pub mod config;
 pub mod hooks;
+pub mod net;
 pub mod results;
 pub mod text;
 pub mod workspace;
@@ -90,19 +91,16 @@ pub struct GuardrailsConfig {
     /// On streams, how many bytes of new text arrive between two early checks. Default: 256.
     #[serde(default = "default_stream_check_bytes")]
     pub stream_check_bytes: usize,
-    /// Whether hooks sent with a request (`x-gw-config`) may use checks that call the network
-    /// (`default.webhook`, `default.validUrls`), which lets a client make the gateway send
-    /// requests. Default: true.
-    #[serde(default = "yes")]
+    /// Whether hooks sent with a request (`x-gw-config`, or a config saved through the control
+    /// plane) may use checks that call the network (`default.webhook`, `default.validUrls`),
+    /// which lets a client make the gateway send requests. Default: false. When true they go
+    /// through the egress policy like every host a request names.
+    #[serde(default)]
     pub request_network_checks: bool,
 }
 
 fn default_stream_check_bytes() -> usize {
     256
-}
-
-fn yes() -> bool {
-    true
 }
 
 impl GuardrailsConfig {
@@ -252,16 +250,20 @@ impl PluginFactory for GuardrailsFactory {
                 .collect::<Vec<_>>()
                 .join("; ")
         })?;
-        let http = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| format!("cannot build the HTTP client for webhooks: {e}"))?;
+        // The hosts of the webhooks this file configures are the operator's own: trusted.
+        let mut egress = cx.egress.clone();
+        for hook in before.iter().chain(&after).chain(library.values().flatten()) {
+            for host in hook.webhook_hosts() {
+                egress.trust(host);
+            }
+        }
+        let net = net::Net::new(egress)?;
         Ok(Arc::new(Guardrails {
             instance: INSTANCES.fetch_add(1, Ordering::Relaxed),
             before,
             after,
             runner: Runner {
-                http,
+                net,
                 metrics: GuardMetrics::register(&cx.metrics)?,
             },
             stream_check_bytes: config.stream_check_bytes,

@@ -276,18 +276,42 @@ async fn config_hooks_are_read_after_provider_selection() {
 }
 
 #[tokio::test]
-async fn network_checks_from_requests_may_be_refused() {
-    let (plugin, _) = build(json!({"request_network_checks": false}));
-    let mut cx = chat("hello");
-    cx.plan = Some(RoutePlan::Config(Arc::new(json!({
-        "before_request_hooks": [{"checks": [
-            {"id": "default.webhook", "parameters": {"webhookURL": "http://127.0.0.1:9/"}}
-        ]}]
-    }))));
-    let e = plugin.on_request(&mut cx).await.unwrap_err();
-    assert_eq!(
-        e.param.as_deref(),
-        Some("before_request_hooks[0].checks[0].id")
+async fn network_checks_from_requests_are_off_by_default() {
+    let request_webhook = || {
+        let mut cx = chat("hello");
+        cx.plan = Some(RoutePlan::Config(Arc::new(json!({
+            "before_request_hooks": [{"deny": true, "checks": [
+                {"id": "default.webhook", "parameters": {"webhookURL": "http://127.0.0.1:9/"}}
+            ]}]
+        }))));
+        cx
+    };
+    for config in [json!({}), json!({"request_network_checks": false})] {
+        let (plugin, _) = build(config);
+        let e = plugin.on_request(&mut request_webhook()).await.unwrap_err();
+        assert_eq!(
+            e.param.as_deref(),
+            Some("before_request_hooks[0].checks[0].id")
+        );
+        assert!(e.message.contains("request_network_checks"), "{}", e.message);
+    }
+    // Turned on, the webhook a request names goes through the egress policy: a loopback host
+    // the operator does not trust is refused before anything is sent, and the check fails.
+    let (plugin, _) = build(json!({"request_network_checks": true}));
+    let mut cx = request_webhook();
+    let flow = plugin.on_request(&mut cx).await.unwrap();
+    let Flow::Respond(answer) = flow else {
+        panic!("a failed deny check answers")
+    };
+    assert_eq!(answer.status.as_u16(), 446);
+    let body: Value = serde_json::from_slice(&answer.body).unwrap();
+    let check = &body["hook_results"]["before_request_hooks"][0]["checks"][0];
+    assert!(
+        check["error"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("egress policy"),
+        "{body}"
     );
 }
 

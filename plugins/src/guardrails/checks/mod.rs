@@ -25,6 +25,7 @@ use serde_json::{json, Value};
 
 use plugin_sdk::ConfigIssue;
 
+use super::net::Net;
 use super::results::Side;
 
 /// Every check id the plugin knows.
@@ -196,10 +197,10 @@ impl Check {
     }
 
     /// Runs the check, calling the network if it must.
-    pub async fn run(&self, input: &Input<'_>, http: &reqwest::Client) -> Outcome {
+    pub async fn run(&self, input: &Input<'_>, net: &Net) -> Outcome {
         match self {
-            Check::ValidUrls(c) => c.run(input.text, http).await,
-            Check::Webhook(c) => c.run(input, http).await,
+            Check::ValidUrls(c) => c.run(input.text, net).await,
+            Check::Webhook(c) => c.run(input, net).await,
             other => other.run_local(input),
         }
     }

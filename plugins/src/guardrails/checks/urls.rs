@@ -18,6 +18,7 @@ use std::sync::OnceLock;
 use plugin_sdk::ConfigIssue;
 
 use super::{params, Outcome};
+use crate::guardrails::net::Net;
 
 /// The most URLs checked in one text.
 const MAX_URLS: usize = 20;
@@ -75,10 +76,10 @@ impl ValidUrls {
         })
     }
 
-    pub async fn run(&self, text: &str, http: &reqwest::Client) -> Outcome {
+    pub async fn run(&self, text: &str, net: &Net) -> Outcome {
         let mut urls = urls_in(text);
         let unchecked = urls.split_off(urls.len().min(MAX_URLS));
-        let checks = urls.iter().map(|u| self.check_one(u, http));
+        let checks = urls.iter().map(|u| self.check_one(u, net));
         let results = join_all(checks).await;
         let (mut valid, mut invalid) = (Vec::new(), Vec::new());
         for (url, ok) in urls.into_iter().zip(results) {
@@ -99,7 +100,7 @@ impl ValidUrls {
         )
     }
 
-    async fn check_one(&self, url: &str, http: &reqwest::Client) -> bool {
+    async fn check_one(&self, url: &str, net: &Net) -> bool {
         let Ok(parsed) = reqwest::Url::parse(url) else {
             return false;
         };
@@ -118,7 +119,11 @@ impl ValidUrls {
                 _ => false,
             };
         }
-        match http.head(parsed).timeout(URL_TIMEOUT).send().await {
+        // A URL the egress policy refuses is not probed, and counts as invalid.
+        if net.allows(&parsed).is_err() {
+            return false;
+        }
+        match net.http.head(parsed).timeout(URL_TIMEOUT).send().await {
             Ok(resp) => {
                 let status = resp.status().as_u16();
                 status < 400 || status == 405
@@ -153,7 +158,9 @@ mod tests {
 
     #[tokio::test]
     async fn hosts_that_answer_are_valid() {
-        let http = reqwest::Client::new();
+        // The test's server is on loopback: trusted here, as an operator would trust it.
+        let trusted = plugin_sdk::egress::parse_list("127.0.0.1").unwrap();
+        let http = Net::new(plugin_sdk::egress::EgressPolicy::new(trusted)).unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move {
@@ -190,6 +197,10 @@ mod tests {
 
         let dns = ValidUrls { only_dns: true };
         assert!(dns.run("http://localhost:1/x", &http).await.verdict);
+        // Without trust, a loopback URL is not probed: it is invalid.
+        let untrusted = Net::new(plugin_sdk::egress::EgressPolicy::default()).unwrap();
+        let out = check.run(&format!("http://{addr}/page"), &untrusted).await;
+        assert!(!out.verdict, "{}", out.data);
         assert!(
             !dns.run("http://no-such-host.invalid/x", &http)
                 .await

@@ -28,9 +28,11 @@ use http::{HeaderMap, HeaderName, HeaderValue};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
+use plugin_sdk::egress::TrustedHost;
 use plugin_sdk::ConfigIssue;
 
 use super::{params, Input, Outcome};
+use crate::guardrails::net::Net;
 use crate::guardrails::results::Side;
 
 /// The default and the largest timeout, in milliseconds.
@@ -82,7 +84,21 @@ impl Webhook {
         })
     }
 
-    pub async fn run(&self, input: &Input<'_>, http: &reqwest::Client) -> Outcome {
+    /// The webhook's host and port (trusted by the egress policy when the operator's file
+    /// names it).
+    pub fn host(&self) -> Option<TrustedHost> {
+        Some(TrustedHost {
+            host: self
+                .url
+                .host_str()?
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_ascii_lowercase(),
+            port: self.url.port_or_known_default(),
+        })
+    }
+
+    pub async fn run(&self, input: &Input<'_>, net: &Net) -> Outcome {
         let (event, side_text) = match input.side {
             Side::Input => ("beforeRequestHook", "request"),
             Side::Output => ("afterRequestHook", "response"),
@@ -103,7 +119,11 @@ impl Webhook {
             );
         }
         let about = json!({"webhookURL": self.url.as_str()});
-        let send = http
+        if let Err(why) = net.allows(&self.url) {
+            return Outcome::error(why, about);
+        }
+        let send = net
+            .http
             .post(self.url.clone())
             .headers(self.headers.clone())
             .timeout(self.timeout)
