@@ -78,6 +78,15 @@ impl WorkspaceRole {
     fn manages(self) -> bool {
         matches!(self, WorkspaceRole::Admin | WorkspaceRole::Manager)
     }
+
+    /// The order of the roles: member < manager < admin.
+    fn rank(self) -> u8 {
+        match self {
+            WorkspaceRole::Member => 0,
+            WorkspaceRole::Manager => 1,
+            WorkspaceRole::Admin => 2,
+        }
+    }
 }
 
 /// The three kinds of API key.
@@ -159,6 +168,9 @@ pub struct Principal {
     pub access: Access,
     /// The scopes the key carries; `None` for a caller not limited by scopes.
     pub scopes: Option<BTreeSet<String>>,
+    /// The organisation role of the user a workspace user key acts for; `None` for other
+    /// callers (a service key acts for nobody, whoever made it).
+    pub user_org_role: Option<OrgRole>,
 }
 
 impl Principal {
@@ -167,6 +179,19 @@ impl Principal {
         match &self.access {
             Access::Workspace { workspace_id, .. } => Some(workspace_id),
             Access::Organisation { .. } => None,
+        }
+    }
+
+    /// Whether the caller has an organisation owner's or admin's rights: an admin key, or the
+    /// user key of an organisation owner or admin (confined to its workspace all the same).
+    pub fn is_organisation_admin(&self) -> bool {
+        let admin = |r: &OrgRole| matches!(r, OrgRole::Owner | OrgRole::Admin);
+        match &self.access {
+            Access::Organisation { role } => admin(role),
+            Access::Workspace { .. } => {
+                self.key_kind == Some(KeyKind::WorkspaceUser)
+                    && self.user_org_role.as_ref().is_some_and(admin)
+            }
         }
     }
 
@@ -443,6 +468,60 @@ pub fn integration_allowed(
     }
 }
 
+/// The user a workspace user key belongs to, as seen from the key's workspace: their
+/// organisation role and their explicit membership there (`None`: not a member; organisation
+/// owners and admins reach every workspace without one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyUser {
+    pub org_role: OrgRole,
+    pub membership: Option<WorkspaceRole>,
+}
+
+impl KeyUser {
+    /// The role the user acts with in the workspace: organisation owners and admins are
+    /// workspace admins everywhere; others have the role of their membership, or none.
+    pub fn workspace_role(&self) -> Option<WorkspaceRole> {
+        match self.org_role {
+            OrgRole::Owner | OrgRole::Admin => Some(WorkspaceRole::Admin),
+            OrgRole::Member => self.membership,
+        }
+    }
+}
+
+/// Whether the caller may act for `user` through a user key: make one for them, rotate or
+/// update one of theirs, or fetch the value an automatic rotation gave it. The key then acts
+/// as that user, so a workspace caller (a workspace admin or manager, or a service key, whose
+/// role is manager) may do it only for explicit members of its workspace whose role is at
+/// most its own, and never for the organisation's owners or admins. Organisation owners and
+/// admins (admin keys and their own user keys) may do it for anyone. [`allowed`] is asked
+/// first: this only narrows it.
+pub fn may_act_for_user(principal: &Principal, user: &KeyUser) -> Result<(), Denied> {
+    if principal.is_organisation_admin() {
+        return Ok(());
+    }
+    let caller = match &principal.access {
+        Access::Workspace { role, .. } => *role,
+        Access::Organisation { .. } => {
+            return deny("an organisation member has no administrative rights")
+        }
+    };
+    if matches!(user.org_role, OrgRole::Owner | OrgRole::Admin) {
+        return deny(format!(
+            "the user is an organisation {}: only an organisation owner or admin acts on their keys",
+            user.org_role.as_str()
+        ));
+    }
+    match user.membership {
+        None => deny("the user is not a member of the key's workspace"),
+        Some(role) if role.rank() > caller.rank() => deny(format!(
+            "the user is a workspace {}: a workspace {} acts only on the keys of members whose role is at most its own",
+            role.as_str(),
+            caller.as_str()
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
 /// A key may give a new key only scopes it holds itself.
 pub fn may_grant(principal: &Principal, scopes: &BTreeSet<String>) -> Result<(), Denied> {
     match scopes.iter().find(|s| !principal.has_scope(s)) {
@@ -665,6 +744,7 @@ mod tests {
             user_id: Some(ME.into()),
             access: Access::Organisation { role },
             scopes: Some(known_scopes().collect()),
+            user_org_role: None,
         }
     }
 
@@ -679,6 +759,7 @@ mod tests {
                 role,
             },
             scopes: Some(grantable_scopes(KeyKind::WorkspaceUser)),
+            user_org_role: Some(OrgRole::Member),
         }
     }
 
@@ -1258,5 +1339,61 @@ mod tests {
         }
         assert!(!grantable_scopes(KeyKind::WorkspaceService)
             .contains("organisation_integrations.create"));
+    }
+
+    /// Acting for a user through a user key: every caller against every kind of user.
+    #[test]
+    fn user_keys_only_for_members_at_or_below_the_caller() {
+        use WorkspaceRole::*;
+        let mut org_admin_user = ws(Admin);
+        org_admin_user.user_org_role = Some(OrgRole::Admin);
+        let mut service = ws(Manager);
+        service.key_kind = Some(KeyKind::WorkspaceService);
+        // A service key made by an owner acts for nobody: its maker's role does not count.
+        service.user_org_role = Some(OrgRole::Owner);
+        let callers = [
+            ("admin key", org(OrgRole::Admin), 3),
+            ("organisation admin's user key", org_admin_user, 3),
+            ("workspace admin", ws(Admin), 2),
+            ("workspace manager", ws(Manager), 1),
+            ("service key", service, 1),
+            ("workspace member", ws(Member), 0),
+            ("organisation member", org(OrgRole::Member), -1),
+        ];
+        let mut users = Vec::new();
+        for org_role in [OrgRole::Owner, OrgRole::Admin, OrgRole::Member] {
+            for membership in [None, Some(Member), Some(Manager), Some(Admin)] {
+                users.push(KeyUser {
+                    org_role,
+                    membership,
+                });
+            }
+        }
+        for (name, p, rank) in &callers {
+            for user in &users {
+                let want = match user {
+                    _ if *rank == 3 => true,
+                    KeyUser {
+                        org_role: OrgRole::Member,
+                        membership: Some(m),
+                    } => i32::from(m.rank()) <= *rank,
+                    _ => false,
+                };
+                assert_eq!(
+                    may_act_for_user(p, user).is_ok(),
+                    want,
+                    "{name} for {user:?}"
+                );
+            }
+        }
+        let err = may_act_for_user(
+            &ws(Manager),
+            &KeyUser {
+                org_role: OrgRole::Member,
+                membership: Some(Admin),
+            },
+        )
+        .unwrap_err();
+        assert!(err.0.contains("at most its own"), "{err}");
     }
 }

@@ -12,7 +12,9 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::openapi::{tag, EmptyObject, ErrorBody, ListEnvelope};
 use super::{double_option, empty, list_envelope, AppState, Ctx, PathParams};
-use crate::authz::{self, Access, Action, KeyKind, Op, Principal, Resource, WorkspaceRole};
+use crate::authz::{
+    self, Access, Action, KeyKind, KeyUser, Op, OrgRole, Principal, Resource, WorkspaceRole,
+};
 use crate::error::{AdminError, Result};
 use crate::store::{
     ApiKey, KeyChanges, KeyFilter, NewKey, OrganisationSettings, Store, MIN_KEY_TRANSITION_MS,
@@ -324,11 +326,15 @@ async fn create(store: &Store, ctx: &Ctx, kind: KeyKind) -> Result<Json<Value>> 
                 "user_id: no user {user} in the organisation"
             )));
         }
-        if store.workspace_role_of(org, ws, user).await?.is_none() {
-            return Err(AdminError::field(
-                "user_id",
-                format!("the user {user} is not a member of the workspace"),
-            ));
+        let key_user = store.key_user(org, ws, user).await?;
+        match key_user {
+            Some(u) if u.workspace_role().is_some() => authz::may_act_for_user(p, &u)?,
+            _ => {
+                return Err(AdminError::field(
+                    "user_id",
+                    format!("the user {user} is not a member of the workspace"),
+                ))
+            }
         }
     }
     let settings = store.organisation_settings(org).await?;
@@ -600,7 +606,9 @@ async fn rotate(store: &Store, ctx: &Ctx, id: &str) -> Result<Json<Value>> {
 }
 
 /// The key of the path, when the caller may do `op` to it: 400 for a malformed id, 404 for
-/// none, 403 without the right.
+/// none, 403 without the right. Changing a user key (update, rotate, fetch its rotated value)
+/// acts for its user: a workspace caller may do it only for members at or below its own role
+/// ([`authz::may_act_for_user`]).
 async fn authorised_key(store: &Store, p: &Principal, id: &str, op: Op) -> Result<ApiKey> {
     let id = validate::uuid("id", id)?;
     let key = store
@@ -612,6 +620,17 @@ async fn authorised_key(store: &Store, p: &Principal, id: &str, op: Op) -> Resul
         &Action::new(Resource::ApiKeys(key.kind), op).owned_by(key.user_id.as_deref()),
         key.workspace_id.as_deref(),
     )?;
+    if op == Op::Update && !p.is_organisation_admin() {
+        if let (Some(user), Some(ws)) = (&key.user_id, &key.workspace_id) {
+            let key_user = store.key_user(&p.organisation_id, ws, user).await?;
+            // A user who has left the organisation is nobody's to act for.
+            let key_user = key_user.unwrap_or(KeyUser {
+                org_role: OrgRole::Member,
+                membership: None,
+            });
+            authz::may_act_for_user(p, &key_user)?;
+        }
+    }
     Ok(key)
 }
 

@@ -788,7 +788,7 @@ pub async fn get(
     request_body = UpdateIntegration,
     responses(
         (status = 200, description = "Updated.", body = EmptyObject),
-        (status = 400, description = "An invalid body.", body = ErrorBody),
+        (status = 400, description = "An invalid body, or a new `custom_host` without the integration's credentials (`key`, secret settings) sent again by a caller who is not an organisation admin.", body = ErrorBody),
         (status = 404, description = "No such integration.", body = ErrorBody),
     )
 )]
@@ -803,6 +803,9 @@ pub async fn update(
         .configurations
         .unwrap_or_default()
         .check(&integration.ai_provider_id)?;
+    if !ctx.principal.is_organisation_admin() {
+        credentials_follow_the_host(&integration, &settings, body.key.is_some())?;
+    }
     let changes = IntegrationChanges {
         name: body.name.map(|n| validate::name("name", &n)).transpose()?,
         description: body.description.map(validate::description).transpose()?,
@@ -818,6 +821,39 @@ pub async fn update(
         .update_integration(ctx.actor(), &integration, &changes)
         .await?;
     Ok(empty())
+}
+
+/// A new `custom_host` receives the integration's credentials with every request. Whoever
+/// points it elsewhere must send those credentials again (`key`, and each stored secret
+/// setting, or remove them), so that the credentials someone else entered, such as an
+/// organisation admin's, never follow a host that a workspace admin or manager chose. An
+/// organisation admin (`is_organisation_admin`, not asked here) changes the host alone.
+/// Removing the host sends them back to the provider's own and needs nothing.
+fn credentials_follow_the_host(
+    integration: &Integration,
+    settings: &CheckedSettings,
+    key_sent: bool,
+) -> Result<()> {
+    let new_host = match settings.plain.get("custom_host") {
+        Some(Some(host)) => host,
+        _ => return Ok(()),
+    };
+    if integration.settings.get("custom_host") == Some(new_host) {
+        return Ok(());
+    }
+    let why = "changing custom_host sends the integration's stored credentials to the new \
+        host: send them again in the same request (or ask an organisation admin to change the host)";
+    if integration.key_mask.is_some() && !key_sent {
+        return Err(AdminError::field("key", why));
+    }
+    if let Some(name) = integration
+        .secret_masks
+        .keys()
+        .find(|name| !settings.secret.contains_key(*name))
+    {
+        return Err(AdminError::field(&format!("configurations.{name}"), why));
+    }
+    Ok(())
 }
 
 /// `DELETE /integrations/{slug}`: with the providers made from it.

@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use sqlx::Row;
 
 use super::Store;
-use crate::authz::{Access, KeyKind, OrgRole, Principal, WorkspaceRole};
+use crate::authz::{Access, KeyKind, KeyUser, OrgRole, Principal, WorkspaceRole};
 use crate::error::{AdminError, Result};
 use crate::{keys, time};
 
@@ -52,12 +52,13 @@ impl Store {
                 .clone()
                 .ok_or_else(|| super::bad_column("api_keys.workspace_id", "null"))
         };
-        let (access, user_id) = match kind {
+        let (access, user_id, user_org_role) = match kind {
             KeyKind::OrganisationService => (
                 Access::Organisation {
                     role: OrgRole::Admin,
                 },
                 created_by,
+                None,
             ),
             KeyKind::WorkspaceService => (
                 Access::Workspace {
@@ -65,25 +66,25 @@ impl Store {
                     role: WorkspaceRole::Manager,
                 },
                 created_by,
+                None,
             ),
             KeyKind::WorkspaceUser => {
                 let user_id =
                     key_user.ok_or_else(|| super::bad_column("api_keys.user_id", "null"))?;
                 let ws = workspace()?;
-                let role = self
-                    .workspace_role_of(&organisation_id, &ws, &user_id)
-                    .await?
-                    .ok_or_else(|| {
-                        AdminError::unauthorized(
-                            "the API key's user is no longer a member of its workspace",
-                        )
-                    })?;
+                let user = self.key_user(&organisation_id, &ws, &user_id).await?;
+                let role = user.and_then(|u| u.workspace_role()).ok_or_else(|| {
+                    AdminError::unauthorized(
+                        "the API key's user is no longer a member of its workspace",
+                    )
+                })?;
                 (
                     Access::Workspace {
                         workspace_id: ws,
                         role,
                     },
                     Some(user_id),
+                    user.map(|u| u.org_role),
                 )
             }
         };
@@ -94,6 +95,7 @@ impl Store {
             user_id,
             access,
             scopes: Some(scopes),
+            user_org_role,
         })
     }
 
@@ -105,6 +107,20 @@ impl Store {
         workspace_id: &str,
         user_id: &str,
     ) -> Result<Option<WorkspaceRole>> {
+        Ok(self
+            .key_user(organisation_id, workspace_id, user_id)
+            .await?
+            .and_then(|u| u.workspace_role()))
+    }
+
+    /// A user of the organisation as a workspace sees them: their organisation role and their
+    /// explicit membership of the workspace; `None` for no such user.
+    pub async fn key_user(
+        &self,
+        organisation_id: &str,
+        workspace_id: &str,
+        user_id: &str,
+    ) -> Result<Option<KeyUser>> {
         let row = sqlx::query(
             "SELECT u.role AS org_role, m.role AS ws_role
              FROM users u
@@ -120,13 +136,12 @@ impl Store {
             return Ok(None);
         };
         let org_role: String = row.try_get("org_role")?;
-        if matches!(
-            OrgRole::parse(&org_role),
-            Some(OrgRole::Owner | OrgRole::Admin)
-        ) {
-            return Ok(Some(WorkspaceRole::Admin));
-        }
+        let org_role =
+            OrgRole::parse(&org_role).ok_or_else(|| super::bad_column("users.role", &org_role))?;
         let ws_role: Option<String> = row.try_get("ws_role")?;
-        Ok(ws_role.as_deref().and_then(WorkspaceRole::parse))
+        Ok(Some(KeyUser {
+            org_role,
+            membership: ws_role.as_deref().and_then(WorkspaceRole::parse),
+        }))
     }
 }

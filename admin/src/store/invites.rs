@@ -434,6 +434,7 @@ impl Store {
             user_id: Some(user.id.clone()),
             access: Access::Organisation { role },
             scopes: Some(BTreeSet::new()),
+            user_org_role: None,
         };
         let actor = Actor {
             principal: &principal,

@@ -18,6 +18,7 @@ mod members;
 mod openapi;
 mod policies;
 mod providers;
+mod role_climbing;
 mod settings;
 mod sink;
 mod users;
