@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use plugin_sdk::access::{CountedUsage, RateLimit, UsageLimit};
-use plugin_sdk::store::{ConfigStore, ProviderStore};
+use plugin_sdk::store::{ConfigStore, Owner, ProviderStore, SavedConfig};
 use plugin_sdk::ProviderRecord;
 use serde_json::Value;
 use sqlx::any::AnyRow;
@@ -105,8 +105,8 @@ pub struct Snapshot {
     /// The `data_plane_version` it was built at; -1 before the first build.
     pub version: i64,
     providers: HashMap<String, Entry>,
-    /// By slug and by id.
-    configs: HashMap<String, Arc<Value>>,
+    /// By slug and by id, with the workspace that owns each.
+    configs: HashMap<String, SavedConfig>,
     /// Keys, workspaces and policies.
     access: super::access::AccessData,
 }
@@ -129,6 +129,11 @@ impl Snapshot {
     }
 
     pub fn config(&self, id_or_slug: &str) -> Option<Arc<Value>> {
+        self.configs.get(id_or_slug).map(|c| c.body.clone())
+    }
+
+    /// A config with the workspace that owns it.
+    pub fn saved_config(&self, id_or_slug: &str) -> Option<SavedConfig> {
         self.configs.get(id_or_slug).cloned()
     }
 
@@ -180,6 +185,9 @@ impl ProviderStore for Published {
 impl ConfigStore for Published {
     fn config(&self, id_or_slug: &str) -> Option<Arc<Value>> {
         self.0.load().config(id_or_slug)
+    }
+    fn saved_config(&self, id_or_slug: &str) -> Option<SavedConfig> {
+        self.0.load().saved_config(id_or_slug)
     }
 }
 
@@ -412,7 +420,7 @@ impl Store {
         };
         let rows = sqlx::query(
             "SELECT p.slug, p.expires_at, p.usage_limits, p.rate_limits, p.current_usage,
-                    p.usage_period, p.reset_epoch,
+                    p.usage_period, p.reset_epoch, p.organisation_id, p.workspace_id,
                     i.id AS integration_id, i.ai_provider_id, i.key_secret,
                     i.settings, i.secret_settings
              FROM providers p JOIN integrations i ON i.id = p.integration_id
@@ -490,6 +498,10 @@ impl Store {
                 usage_limits: limits.usage_limits,
                 counted: limits.counted,
                 model_prices: model_prices.get(&integration).cloned().unwrap_or_default(),
+                owner: Some(Owner {
+                    organisation_id: r.try_get("organisation_id")?,
+                    workspace_id: r.try_get("workspace_id")?,
+                }),
             };
             snapshot.providers.insert(
                 slug,
@@ -500,7 +512,7 @@ impl Store {
             );
         }
         let rows = sqlx::query(
-            "SELECT c.id, c.slug, v.config
+            "SELECT c.id, c.slug, c.organisation_id, c.workspace_id, v.config
              FROM configs c JOIN config_versions v ON v.id = c.current_version_id
              WHERE c.status = 'active'",
         )
@@ -511,7 +523,13 @@ impl Store {
             let slug: String = r.try_get("slug")?;
             let config: Value =
                 super::from_text("config_versions.config", &r.try_get::<String, _>("config")?)?;
-            let config = Arc::new(config);
+            let config = SavedConfig {
+                owner: Some(Owner {
+                    organisation_id: r.try_get("organisation_id")?,
+                    workspace_id: r.try_get("workspace_id")?,
+                }),
+                body: Arc::new(config),
+            };
             snapshot.configs.insert(id, config.clone());
             snapshot.configs.insert(slug, config);
         }
