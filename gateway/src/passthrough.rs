@@ -49,14 +49,13 @@ pub async fn prepare(
             std::time::Instant::now(),
         )
     };
-    let (mut target, option_index) =
-        routing::select_target(
-            &plan,
-            gw.providers.as_ref(),
-            cx.extensions.get::<plugin_sdk::Principal>(),
-            &facts,
-            &is_open,
-        )?;
+    let (mut target, option_index) = routing::select_target(
+        &plan,
+        gw.providers.as_ref(),
+        cx.extensions.get::<plugin_sdk::Principal>(),
+        &facts,
+        &is_open,
+    )?;
     cx.response.option_index = option_index;
     if let Flow::Respond(r) = gw.pipeline.on_route(cx, &mut target).await? {
         return Ok(Err(r));

@@ -30,7 +30,11 @@ impl TrustedHost {
     /// error that says what to write.
     pub fn parse(text: &str) -> Result<TrustedHost, String> {
         let text = text.trim();
-        let bad = || format!("{text:?} is not a host name or host:port (write api.example.com or 10.0.0.5:8000)");
+        let bad = || {
+            format!(
+                "{text:?} is not a host name or host:port (write api.example.com or 10.0.0.5:8000)"
+            )
+        };
         if text.is_empty() || text.contains('/') || text.contains('@') {
             return Err(bad());
         }
@@ -94,7 +98,9 @@ impl EgressPolicy {
     /// Whether `host` is trusted on some port (for clients that resolve without a port).
     pub fn trusts_name(&self, host: &str) -> bool {
         let host = host.trim_start_matches('[').trim_end_matches(']');
-        self.trusted.iter().any(|t| t.host.eq_ignore_ascii_case(host))
+        self.trusted
+            .iter()
+            .any(|t| t.host.eq_ignore_ascii_case(host))
     }
 
     pub fn is_trusted(&self, host: &str, port: u16) -> bool {
@@ -152,11 +158,11 @@ fn is_internal_v6(ip: Ipv6Addr) -> bool {
         return true;
     }
     // fc00::/7 unique local, fe80::/10 link-local, fec0::/10 the old site-local.
-    if (seg[0] & 0xfe00) == 0xfc00 || (seg[0] & 0xffc0) == 0xfe80 || (seg[0] & 0xffc0) == 0xfec0
-    {
+    if (seg[0] & 0xfe00) == 0xfc00 || (seg[0] & 0xffc0) == 0xfe80 || (seg[0] & 0xffc0) == 0xfec0 {
         return true;
     }
-    let embedded = |hi: u16, lo: u16| Ipv4Addr::new((hi >> 8) as u8, hi as u8, (lo >> 8) as u8, lo as u8);
+    let embedded =
+        |hi: u16, lo: u16| Ipv4Addr::new((hi >> 8) as u8, hi as u8, (lo >> 8) as u8, lo as u8);
     // ::ffff:a.b.c.d (mapped) and ::a.b.c.d (compatible).
     if seg[..5].iter().all(|&s| s == 0) && (seg[5] == 0xffff || seg[5] == 0) {
         return is_internal_v4(embedded(seg[6], seg[7]));
@@ -261,7 +267,11 @@ mod tests {
         assert_eq!(err.status().as_u16(), 403);
         assert!(err.message.contains("\"metadata.test\""), "{}", err.message);
         assert!(err.message.contains(TRUSTED_HOSTS_VAR), "{}", err.message);
-        assert!(err.message.contains("egress.trusted_hosts"), "{}", err.message);
+        assert!(
+            err.message.contains("egress.trusted_hosts"),
+            "{}",
+            err.message
+        );
         assert!(!err.message.contains("169.254"), "{}", err.message);
         assert!(policy
             .check("api.example.com", 443, "93.184.216.34".parse().unwrap())

@@ -128,7 +128,8 @@ pub trait ConfigStore: Send + Sync {
     /// The config with its owner. Default: the body of [`config`](ConfigStore::config), with no
     /// owner (a store of the operator's own configs).
     fn saved_config(&self, id_or_slug: &str) -> Option<SavedConfig> {
-        self.config(id_or_slug).map(|body| SavedConfig { owner: None, body })
+        self.config(id_or_slug)
+            .map(|body| SavedConfig { owner: None, body })
     }
 
     /// The config's body if `who` may use it; else `None`, as for an unknown id.

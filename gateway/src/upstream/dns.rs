@@ -17,8 +17,11 @@ const LOOKUP_TIMEOUT: Duration = Duration::from_secs(5);
 /// Where names are looked up: the system resolver, or in tests a table that maps test names to
 /// the addresses a case needs (private, link-local...) without any traffic.
 pub trait Lookup: Send + Sync {
-    fn lookup<'a>(&'a self, host: &'a str, port: u16)
-        -> BoxFuture<'a, std::io::Result<Vec<SocketAddr>>>;
+    fn lookup<'a>(
+        &'a self,
+        host: &'a str,
+        port: u16,
+    ) -> BoxFuture<'a, std::io::Result<Vec<SocketAddr>>>;
 }
 
 /// The system resolver, on a blocking-pool thread (tokio's `lookup_host`).

@@ -274,7 +274,10 @@ fn upstream_io_error(peer: &HttpPeer, e: &pingora::Error) -> GatewayError {
         | pingora::ErrorType::TLSHandshakeFailure => ErrorKind::UpstreamUnreachable,
         _ => ErrorKind::UpstreamBadResponse,
     };
-    GatewayError::new(kind, format!("upstream {} failed: {}", peer.sni, describe(e)))
+    GatewayError::new(
+        kind,
+        format!("upstream {} failed: {}", peer.sni, describe(e)),
+    )
 }
 
 impl Exchange {

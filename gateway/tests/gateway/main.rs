@@ -21,5 +21,6 @@ mod selection;
 mod shared_instances;
 mod shutdown;
 mod streaming;
+mod tenancy;
 mod validation;
 mod wasm_guardrails;

@@ -343,7 +343,11 @@ impl Auth {
             organisation_id: identity
                 .organisation_id
                 .or_else(|| workspace.as_ref().map(|w| w.organisation_id.clone())),
-            workspace_id: identity.workspace_id,
+            // The workspace's id as the snapshot knows it: ownership compares ids.
+            workspace_id: workspace
+                .as_ref()
+                .map(|w| w.id.clone())
+                .or(identity.workspace_id),
             api_key_id: None,
             user_id: identity.user,
             scopes: identity.scopes,

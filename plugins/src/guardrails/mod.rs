@@ -252,7 +252,11 @@ impl PluginFactory for GuardrailsFactory {
         })?;
         // The hosts of the webhooks this file configures are the operator's own: trusted.
         let mut egress = cx.egress.clone();
-        for hook in before.iter().chain(&after).chain(library.values().flatten()) {
+        for hook in before
+            .iter()
+            .chain(&after)
+            .chain(library.values().flatten())
+        {
             for host in hook.webhook_hosts() {
                 egress.trust(host);
             }

@@ -67,9 +67,8 @@ impl Resolve for EgressResolver {
         let policy = self.0.clone();
         Box::pin(async move {
             let host = name.as_str().to_owned();
-            let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
-                .await?
-                .collect();
+            let found: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
             let trusted = policy.trusts_name(&host);
             let allowed: Vec<SocketAddr> = found
                 .into_iter()

@@ -293,7 +293,11 @@ async fn network_checks_from_requests_are_off_by_default() {
             e.param.as_deref(),
             Some("before_request_hooks[0].checks[0].id")
         );
-        assert!(e.message.contains("request_network_checks"), "{}", e.message);
+        assert!(
+            e.message.contains("request_network_checks"),
+            "{}",
+            e.message
+        );
     }
     // Turned on, the webhook a request names goes through the egress policy: a loopback host
     // the operator does not trust is refused before anything is sent, and the check fails.
