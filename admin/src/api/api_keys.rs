@@ -339,6 +339,13 @@ async fn create(store: &Store, ctx: &Ctx, kind: KeyKind) -> Result<Json<Value>> 
     }
     let settings = store.organisation_settings(org).await?;
     let expires_at = expiry(&settings, body.expires_at.as_ref(), true)?;
+    let defaults = defaults(
+        store,
+        org,
+        workspace_id.as_deref(),
+        body.defaults.unwrap_or_default(),
+    )
+    .await?;
     let key = NewKey {
         kind,
         name,
@@ -352,7 +359,7 @@ async fn create(store: &Store, ctx: &Ctx, kind: KeyKind) -> Result<Json<Value>> 
             .usage_limits
             .map(|u| validate::usage_limits("usage_limits", u))
             .transpose()?,
-        defaults: defaults(body.defaults.unwrap_or_default())?,
+        defaults,
         alert_emails: alert_emails(body.alert_emails.unwrap_or_default())?,
         rotation_policy: body.rotation_policy.map(rotation_policy).transpose()?,
         expires_at: expires_at.flatten(),
@@ -494,7 +501,18 @@ pub async fn update(
                     .transpose()
             })
             .transpose()?,
-        defaults: body.defaults.map(defaults).transpose()?,
+        defaults: match body.defaults {
+            Some(d) => Some(
+                defaults(
+                    &app.store,
+                    &p.organisation_id,
+                    key.workspace_id.as_deref(),
+                    d,
+                )
+                .await?,
+            ),
+            None => None,
+        },
         alert_emails: body.alert_emails.map(alert_emails).transpose()?,
         rotation_policy: body
             .rotation_policy
@@ -682,9 +700,27 @@ fn expiry(
     }
 }
 
-fn defaults(d: KeyDefaults) -> Result<Value> {
+/// A key's `defaults`: its `config_id` names a config the key may use, one of its workspace
+/// (a workspace key) or of its organisation (an admin key). A config elsewhere is refused
+/// exactly as an unknown one, so the answer does not tell that it exists.
+async fn defaults(
+    store: &Store,
+    org: &str,
+    workspace_id: Option<&str>,
+    d: KeyDefaults,
+) -> Result<Value> {
     if let Some(c) = &d.config_id {
         validate::max_len("defaults.config_id", c, validate::MAX_NAME)?;
+        let usable = store
+            .config(org, c)
+            .await?
+            .is_some_and(|config| workspace_id.is_none_or(|ws| config.workspace_id == ws));
+        if !usable {
+            return Err(AdminError::field(
+                "defaults.config_id",
+                format!("no config {c:?}"),
+            ));
+        }
     }
     Ok(serde_json::to_value(d).expect("defaults serialise"))
 }

@@ -35,6 +35,14 @@ async fn keys_follow_every_change(db: TestDb) {
     assert_eq!(admin.organisation_id, app.org);
     assert!(admin.scopes.iter().any(|s| s == "logs.export"));
 
+    let config = ok(
+        &app,
+        "POST",
+        "/v1/configs",
+        Some(json!({"name": "default", "config": {}})),
+    )
+    .await;
+    let config_slug = config["slug"].as_str().unwrap().to_owned();
     let before = published.version();
     let (id, raw) = app
         .key(
@@ -46,7 +54,7 @@ async fn keys_follow_every_change(db: TestDb) {
                 "rate_limits": [{"type": "requests", "unit": "rpm", "value": 10}],
                 "usage_limits": {"credit_limit": 50, "type": "tokens", "alert_threshold": 40,
                                  "periodic_reset": "weekly"},
-                "defaults": {"metadata": {"team": "a"}, "config_id": "pc-x",
+                "defaults": {"metadata": {"team": "a"}, "config_id": config_slug,
                              "allow_config_override": false},
             }),
         )
@@ -75,7 +83,7 @@ async fn keys_follow_every_change(db: TestDb) {
     assert_eq!(budget.periodic_reset, Some(PeriodicReset::Weekly));
     assert_eq!(k.counted, CountedUsage::default());
     assert_eq!(k.defaults.metadata["team"], "a");
-    assert_eq!(k.defaults.config_id.as_deref(), Some("pc-x"));
+    assert_eq!(k.defaults.config_id.as_deref(), Some(config_slug.as_str()));
     assert_eq!(k.defaults.allow_config_override, Some(false));
     // Keys expire after a year unless their creator says otherwise.
     let expires = k.expires_at.expect("a default expiry");

@@ -256,12 +256,20 @@ async fn creation_is_validated(db: TestDb) {
     assert_eq!((got, error_code(&resp)), (401, "AB05"), "{resp}");
 
     // A complete key: limits, defaults, e-mails, expiry, rotation policy are kept.
+    let (s, config) = app
+        .admin(
+            "POST",
+            "/v1/configs",
+            Some(json!({"name": "default", "config": {}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{config}");
     let full = json!({
         "name": "full", "description": "everything", "workspace_id": "default",
         "scopes": ["configs.read", "logs.view"],
         "rate_limits": [{"type": "requests", "unit": "rpm", "value": 100}],
         "usage_limits": {"credit_limit": 50, "type": "cost", "alert_threshold": 40, "periodic_reset": "monthly"},
-        "defaults": {"metadata": {"team": "a"}, "config_id": "pc-1", "allow_config_override": false},
+        "defaults": {"metadata": {"team": "a"}, "config_id": config["slug"], "allow_config_override": false},
         "alert_emails": ["ops@example.com"],
         "expires_at": (chrono::Utc::now() + chrono::Duration::days(30)).to_rfc3339(),
         "rotation_policy": {"rotation_period": "monthly", "key_transition_period_ms": 3600000},
@@ -277,6 +285,7 @@ async fn creation_is_validated(db: TestDb) {
     assert_eq!(got["usage_limits"]["credit_limit"], 50);
     assert_eq!(got["usage_limits"]["current_usage"], 0.0);
     assert_eq!(got["defaults"]["metadata"]["team"], "a");
+    assert_eq!(got["defaults"]["config_id"], config["slug"]);
     assert_eq!(got["alert_emails"], json!(["ops@example.com"]));
     assert_eq!(got["rotation_policy"]["rotation_period"], "monthly");
     assert_eq!(got["description"], "everything");
@@ -576,8 +585,100 @@ async fn concurrent_creation(db: TestDb) {
     assert_eq!(app.audit_count().await, before + 16);
 }
 
+/// A key's `defaults.config_id` names a config the key may use: one of its workspace for a
+/// workspace key, one of its organisation for an admin key. Another workspace's config is
+/// refused exactly as an unknown one, on creation and on update.
+async fn default_config_is_one_the_key_may_use(db: TestDb) {
+    let app = App::start(db).await;
+    let other_ws = app.workspace("Other").await;
+    let config_in = |ws: String| {
+        let app = &app;
+        async move {
+            let (s, c) = app
+                .admin(
+                    "POST",
+                    "/v1/configs",
+                    Some(json!({"name": "c", "config": {}, "workspace_id": ws})),
+                )
+                .await;
+            assert_eq!(s, 200, "{c}");
+            (
+                c["slug"].as_str().unwrap().to_owned(),
+                c["id"].as_str().unwrap().to_owned(),
+            )
+        }
+    };
+    let (own_slug, own_id) = config_in(app.default_ws.clone()).await;
+    let (their_slug, their_id) = config_in(other_ws.clone()).await;
+    let with_default = |path: &str, config: &str| {
+        let mut body =
+            json!({"name": "k", "scopes": ["configs.read"], "defaults": {"config_id": config}});
+        if path.contains("workspace") {
+            body["workspace_id"] = json!("default");
+        }
+        body
+    };
+    let service = "/v1/api-keys/workspace/service";
+    for config in [their_slug.as_str(), their_id.as_str(), "pc-nope-000000"] {
+        let (s, b) = app
+            .admin("POST", service, Some(with_default(service, config)))
+            .await;
+        assert_eq!((s, error_code(&b)), (400, "AB01"), "{config}: {b}");
+        assert_eq!(
+            message(&b),
+            format!("defaults.config_id: no config {config:?}"),
+            "the same answer as for an unknown config"
+        );
+    }
+    let mut made = Vec::new();
+    for config in [own_slug.as_str(), own_id.as_str()] {
+        let (s, b) = app
+            .admin("POST", service, Some(with_default(service, config)))
+            .await;
+        assert_eq!(s, 200, "{config}: {b}");
+        made.push(b["id"].as_str().unwrap().to_owned());
+    }
+    // An admin key uses any config of its organisation.
+    let org = "/v1/api-keys/organisation/service";
+    for config in [&own_slug, &their_slug] {
+        let (s, b) = app
+            .admin("POST", org, Some(with_default(org, config)))
+            .await;
+        assert_eq!(s, 200, "{config}: {b}");
+    }
+    let (s, b) = app
+        .admin("POST", org, Some(with_default(org, "pc-nope-000000")))
+        .await;
+    assert_eq!((s, error_code(&b)), (400, "AB01"), "{b}");
+    // Updates are checked the same way.
+    let path = format!("/v1/api-keys/{}", made[0]);
+    let (s, b) = app
+        .admin(
+            "PUT",
+            &path,
+            Some(json!({"defaults": {"config_id": their_slug}})),
+        )
+        .await;
+    assert_eq!((s, error_code(&b)), (400, "AB01"), "{b}");
+    assert_eq!(
+        message(&b),
+        format!("defaults.config_id: no config {their_slug:?}")
+    );
+    let (_, got) = app.admin("GET", &path, None).await;
+    assert_eq!(got["defaults"]["config_id"], own_slug.as_str(), "unchanged");
+    let (s, b) = app
+        .admin(
+            "PUT",
+            &path,
+            Some(json!({"defaults": {"config_id": own_id}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+}
+
 crate::on_both_databases!(
     keys_are_shown_once_and_hashed_at_rest,
+    default_config_is_one_the_key_may_use,
     creation_is_validated,
     get_update_delete,
     rotation,
