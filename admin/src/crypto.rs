@@ -1,7 +1,7 @@
-//! Secrets at rest: provider keys and other credentials of integrations are stored encrypted
-//! with AES-256-GCM (`ring::aead`), a fresh random 96-bit nonce per value, and the row and field
-//! they belong to as associated data (a ciphertext copied to another row or field does not
-//! open).
+//! Secrets at rest: provider keys and other credentials of integrations, and the secrets inside
+//! saved configs ([`crate::store::config_secrets`]), are stored encrypted with AES-256-GCM
+//! (`ring::aead`), a fresh random 96-bit nonce per value, and the row and field they belong to
+//! as associated data (a ciphertext copied to another row or field does not open).
 //!
 //! The key (32 bytes) comes from `GW_SECRET_KEY` (base64). Without it, a SQLite database keeps
 //! a generated key in a file beside the database file (`<file>.key`, mode 0600); a PostgreSQL

@@ -98,6 +98,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "key_rotation",
         include_str!("../migrations/0007_key_rotation.sql"),
     ),
+    (
+        8,
+        "config_secrets",
+        include_str!("../migrations/0008_config_secrets.sql"),
+    ),
 ];
 
 /// The key of the PostgreSQL advisory lock that serialises migrations and bootstrap across

@@ -13,7 +13,8 @@ use super::{empty, list_envelope, AppState, Ctx, PathParams};
 use crate::authz::{self, Action, Op, Principal, Resource};
 use crate::error::{AdminError, Result};
 use crate::keys;
-use crate::store::{Config, ConfigChanges, ConfigFilter, NewConfig, Store};
+use crate::store::audit::redact;
+use crate::store::{config_secrets, Config, ConfigChanges, ConfigFilter, NewConfig, Store};
 use crate::validate::{self, Page};
 
 /// `isDefault`: a boolean, or the integers 0 and 1.
@@ -41,7 +42,9 @@ fn bool_or_int<'de, D: Deserializer<'de>>(de: D) -> std::result::Result<Option<b
 struct CreateConfig {
     /// 1 to 255 characters.
     name: String,
-    /// The routing config: a JSON object the gateway's config validator accepts.
+    /// The routing config: a JSON object the gateway's config validator accepts. Its secrets
+    /// (`api_key`, the AWS and Vertex credentials, the `headers` of hook checks) are stored
+    /// encrypted and shown masked.
     #[schema(value_type = Object)]
     config: Value,
     /// Whether this is the workspace's default config: `true`, `false`, `0` or `1` (also
@@ -65,7 +68,8 @@ struct CreateConfig {
 struct UpdateConfig {
     #[serde(default)]
     name: Option<String>,
-    /// The new routing config (a JSON object).
+    /// The new routing config (a JSON object). A secret sent back as the mask the API showed
+    /// (`sk*******cd`) keeps the stored one.
     #[serde(default)]
     #[schema(value_type = Option<Object>)]
     config: Option<Value>,
@@ -138,7 +142,8 @@ struct ConfigCreated {
         (status = 409, description = "The slug is taken.", body = ErrorBody),
     )
 )]
-pub async fn create(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
+pub async fn create(State(app): State<AppState>, mut ctx: Ctx) -> Result<Json<Value>> {
+    mask_audited_body(&mut ctx);
     let body: CreateConfig = ctx.json()?;
     let p = &ctx.principal;
     let name = validate::name("name", &body.name)?;
@@ -211,7 +216,7 @@ pub async fn list(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> 
         ("slug" = String, Path, description = "The config's slug (`pc-...`) or id."),
     ),
     responses(
-        (status = 200, description = "The config, with its current version.", body = Object),
+        (status = 200, description = "The config, with its current version (secrets masked).", body = Object),
         (status = 404, description = "No such config.", body = ErrorBody),
     )
 )]
@@ -231,29 +236,33 @@ pub async fn get(
     operation_id = "updateConfig",
     tag = tag::CONFIGS,
     summary = "Update a config",
-    description = "Each update makes a new version.",
+    description = "Each update makes a new version. A secret of the config sent back as the \
+        mask the API showed keeps the stored secret.",
     params(
         ("slug" = String, Path, description = "The config's slug (`pc-...`) or id."),
     ),
     request_body = UpdateConfig,
     responses(
         (status = 200, description = "Updated.", body = EmptyObject),
-        (status = 400, description = "An invalid body, nothing to update, or a config the gateway refuses.", body = ErrorBody),
+        (status = 400, description = "An invalid body, nothing to update, a config the gateway refuses, or a masked secret that matches none stored.", body = ErrorBody),
         (status = 404, description = "No such config.", body = ErrorBody),
     )
 )]
 pub async fn update(
     State(app): State<AppState>,
     PathParams(slug): PathParams<String>,
-    ctx: Ctx,
+    mut ctx: Ctx,
 ) -> Result<Json<Value>> {
+    mask_audited_body(&mut ctx);
     let body: UpdateConfig = ctx.json()?;
+    // The validator sees the body once masks sent back are replaced by the stored secrets
+    // (in the store, with the current version).
+    if body.config.as_ref().is_some_and(|c| !c.is_object()) {
+        return Err(AdminError::field("config", "must be a JSON object"));
+    }
     let changes = ConfigChanges {
         name: body.name.map(|n| validate::name("name", &n)).transpose()?,
-        config: body
-            .config
-            .map(|c| config_body(&app.store, c))
-            .transpose()?,
+        config: body.config,
         is_default: body.is_default,
     };
     if changes.name.is_none() && changes.config.is_none() && changes.is_default.is_none() {
@@ -340,6 +349,18 @@ async fn authorised(store: &Store, p: &Principal, slug: &str, op: Op) -> Result<
         Some(&config.workspace_id),
     )?;
     Ok(config)
+}
+
+/// The audit log keeps the request's body: its config's secrets are masked there as they are
+/// when the config is read (beside the usual redaction of secret-like names).
+fn mask_audited_body(ctx: &mut Ctx) {
+    let Ok(mut body) = serde_json::from_slice::<Value>(&ctx.body) else {
+        return;
+    };
+    if let Some(config) = body.get_mut("config") {
+        *config = config_secrets::masked(config);
+    }
+    ctx.meta.body = Some(redact(body));
 }
 
 /// A config body: a JSON object the data plane's validator accepts.

@@ -1,11 +1,13 @@
 //! Saved routing configs and their versions. Every update adds a version; the config points at
-//! its current one, which is what the data plane serves.
+//! its current one, which is what the data plane serves. Secrets inside a config are sealed at
+//! rest and shown masked ([`super::config_secrets`]); the data plane's snapshot opens them.
 
 use serde_json::{json, Value};
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::audit::{self, AuditEntry};
+use super::config_secrets::{self, Sealed};
 use super::{to_text, Actor, Store};
 use crate::db::{Sql, Tx};
 use crate::error::{is_unique_violation, AdminError, Result};
@@ -22,7 +24,7 @@ pub struct NewConfig {
     pub is_default: bool,
 }
 
-/// A stored config with its current version.
+/// A stored config with its current version; `config` shows its secrets masked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
     pub id: String,
@@ -59,7 +61,7 @@ impl Config {
     }
 }
 
-/// One version of a config.
+/// One version of a config; `config` shows its secrets masked.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConfigVersion {
     pub id: String,
@@ -93,6 +95,8 @@ impl ConfigVersion {
 #[derive(Debug, Clone, Default)]
 pub struct ConfigChanges {
     pub name: Option<String>,
+    /// The new body as the client sent it: a secret sent back masked keeps the stored one
+    /// ([`config_secrets::unmask`]). Checked with the data plane's validator once unmasked.
     pub config: Option<Value>,
     pub is_default: Option<bool>,
 }
@@ -104,7 +108,8 @@ pub struct ConfigFilter {
 }
 
 const COLUMNS: &str = "c.id, c.organisation_id, c.workspace_id, c.slug, c.name, c.is_default,
-    c.status, c.current_version_id, c.version_count, c.created_at, c.last_updated_at, v.config";
+    c.status, c.current_version_id, c.version_count, c.created_at, c.last_updated_at, v.config,
+    v.secrets";
 
 const FROM: &str = " FROM configs c JOIN config_versions v ON v.id = c.current_version_id";
 
@@ -119,7 +124,7 @@ fn from_row(r: &AnyRow) -> Result<Config> {
         status: r.try_get("status")?,
         version_id: r.try_get("current_version_id")?,
         version: r.try_get("version_count")?,
-        config: super::json_column(r, "config")?,
+        config: shown_config(r)?,
         created_at: r.try_get("created_at")?,
         last_updated_at: r.try_get("last_updated_at")?,
     })
@@ -131,11 +136,45 @@ fn version_from_row(r: &AnyRow) -> Result<ConfigVersion> {
         config_id: r.try_get("config_id")?,
         version: r.try_get("version")?,
         name: r.try_get("name")?,
-        config: super::json_column(r, "config")?,
+        config: shown_config(r)?,
         created_by_user_id: r.try_get("created_by_user_id")?,
         created_by_key_id: r.try_get("created_by_key_id")?,
         created_at: r.try_get("created_at")?,
     })
+}
+
+/// The body of a version as the API shows it: stored masked, or (a version written before
+/// secrets were sealed, `secrets` NULL) masked as it is read.
+fn shown_config(r: &AnyRow) -> Result<Value> {
+    let config = super::json_column(r, "config")?;
+    let sealed: Option<String> = r.try_get("secrets")?;
+    Ok(match sealed {
+        Some(_) => config,
+        None => config_secrets::masked(&config),
+    })
+}
+
+/// The stored form of a version's body: its text, and its sealed secrets (NULL for a version
+/// written before they were sealed).
+struct StoredBody {
+    config: String,
+    secrets: Option<String>,
+}
+
+impl StoredBody {
+    fn read(r: &AnyRow) -> Result<StoredBody> {
+        Ok(StoredBody {
+            config: r.try_get("config")?,
+            secrets: r.try_get("secrets")?,
+        })
+    }
+
+    fn sealed(&self) -> Result<Option<Sealed>> {
+        self.secrets
+            .as_deref()
+            .map(|s| super::from_text("config_versions.secrets", s))
+            .transpose()
+    }
 }
 
 /// Adds version `version` of a config; returns its id.
@@ -145,20 +184,21 @@ async fn insert_version(
     config_id: &str,
     version: i64,
     name: &str,
-    config: &Value,
+    body: &StoredBody,
     now: &str,
 ) -> Result<String> {
     let id = uuid::Uuid::new_v4().to_string();
     sqlx::query(
-        "INSERT INTO config_versions (id, config_id, version, name, config, created_by_user_id,
-             created_by_key_id, created_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        "INSERT INTO config_versions (id, config_id, version, name, config, secrets,
+             created_by_user_id, created_by_key_id, created_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
     )
     .bind(&id)
     .bind(config_id)
     .bind(version)
     .bind(name)
-    .bind(to_text(config))
+    .bind(&body.config)
+    .bind(body.secrets.clone())
     .bind(actor.principal.user_id.clone())
     .bind(actor.principal.key_id.clone())
     .bind(now)
@@ -183,7 +223,13 @@ impl Store {
         let org = &actor.principal.organisation_id;
         let id = uuid::Uuid::new_v4().to_string();
         let now = time::format(time::now());
+        // A mask is never taken for a secret: there is nothing stored to keep yet.
+        let clear = config_secrets::unmask(new.config.clone(), &Value::Null)?;
+        let (shown, body) = self.sealed_body(&id, &clear)?;
         let mut tx = self.db.begin_write().await?;
+        if body.secrets.as_deref().is_some_and(|s| s != "{}") {
+            self.record_secret_key(&mut tx).await?;
+        }
         let version_id = uuid::Uuid::new_v4().to_string();
         sqlx::query(
             "INSERT INTO configs (id, organisation_id, workspace_id, slug, name, is_default, status,
@@ -210,14 +256,15 @@ impl Store {
             }
         })?;
         sqlx::query(
-            "INSERT INTO config_versions (id, config_id, version, name, config, created_by_user_id,
-                 created_by_key_id, created_at)
-             VALUES ($1, $2, 1, $3, $4, $5, $6, $7)",
+            "INSERT INTO config_versions (id, config_id, version, name, config, secrets,
+                 created_by_user_id, created_by_key_id, created_at)
+             VALUES ($1, $2, 1, $3, $4, $5, $6, $7, $8)",
         )
         .bind(&version_id)
         .bind(&id)
         .bind(&new.name)
-        .bind(to_text(&new.config))
+        .bind(&body.config)
+        .bind(body.secrets.clone())
         .bind(actor.principal.user_id.clone())
         .bind(actor.principal.key_id.clone())
         .bind(&now)
@@ -247,7 +294,7 @@ impl Store {
             status: "active".into(),
             version_id,
             version: 1,
-            config: new.config.clone(),
+            config: shown,
             created_at: now.clone(),
             last_updated_at: now,
         })
@@ -326,16 +373,31 @@ impl Store {
         let version: i64 = row.try_get("version_count")?;
         let previous: String = row.try_get("current_version_id")?;
         let name: String = row.try_get("name")?;
+        let previous = sqlx::query("SELECT config, secrets FROM config_versions WHERE id = $1")
+            .bind(&previous)
+            .fetch_one(&mut *tx)
+            .await?;
+        let previous = StoredBody::read(&previous)?;
         let body = match &changes.config {
-            Some(c) => c.clone(),
-            None => {
-                let text: String =
-                    sqlx::query_scalar("SELECT config FROM config_versions WHERE id = $1")
-                        .bind(&previous)
-                        .fetch_one(&mut *tx)
-                        .await?;
-                super::from_text("config_versions.config", &text)?
+            Some(sent) => {
+                // Masks sent back keep the stored secrets; the result is what is checked.
+                let current = config_secrets::open(
+                    self.cipher().ok(),
+                    &config.id,
+                    &super::from_text("config_versions.config", &previous.config)?,
+                    previous.sealed()?.as_ref(),
+                )?;
+                let clear = config_secrets::unmask(sent.clone(), &current)?;
+                self.check_config(&clear)
+                    .map_err(|problem| AdminError::field("config", problem))?;
+                let (_, body) = self.sealed_body(&config.id, &clear)?;
+                if body.secrets.as_deref().is_some_and(|s| s != "{}") {
+                    self.record_secret_key(&mut tx).await?;
+                }
+                body
             }
+            // The same body and secrets (sealed for this config, whichever its version).
+            None => previous,
         };
         let version_id =
             insert_version(&mut tx, actor, &config.id, version, &name, &body, &now).await?;
@@ -386,6 +448,104 @@ impl Store {
         Ok(())
     }
 
+    /// A config body in clear as stored: the masked body the API shows, and the stored form.
+    fn sealed_body(&self, config_id: &str, clear: &Value) -> Result<(Value, StoredBody)> {
+        let (shown, sealed) = config_secrets::seal(self.cipher().ok(), config_id, clear)?;
+        let body = StoredBody {
+            config: to_text(&shown),
+            secrets: Some(to_text(&sealed)),
+        };
+        Ok((shown, body))
+    }
+
+    /// A version's body in clear, for the data plane: `None` (logged) when its secrets cannot
+    /// be opened, so that the config is left out rather than served without them.
+    pub(super) fn open_config(
+        &self,
+        config_id: &str,
+        config_text: &str,
+        secrets: Option<&str>,
+    ) -> Result<Option<Value>> {
+        let stored: Value = super::from_text("config_versions.config", config_text)?;
+        let body = StoredBody {
+            config: String::new(),
+            secrets: secrets.map(str::to_owned),
+        };
+        let opened = body.sealed().and_then(|sealed| {
+            config_secrets::open(self.cipher().ok(), config_id, &stored, sealed.as_ref())
+        });
+        match opened {
+            Ok(config) => Ok(Some(config)),
+            Err(e) => {
+                tracing::error!(config = %config_id, error = %e, "config left out of the data plane: its secrets cannot be read");
+                Ok(None)
+            }
+        }
+    }
+
+    /// Seals the secrets of config versions written before they were sealed (`secrets` NULL),
+    /// once, when the store starts with a secret key; returns how many versions it changed.
+    /// Without a key they stay as they are (masked when read) and a warning says so.
+    pub async fn seal_legacy_config_secrets(&self) -> Result<usize> {
+        let rows =
+            sqlx::query("SELECT id, config_id, config FROM config_versions WHERE secrets IS NULL")
+                .fetch_all(self.db.pool())
+                .await?;
+        if rows.is_empty() {
+            return Ok(0);
+        }
+        if self.cipher().ok().is_none() {
+            tracing::warn!(
+                versions = rows.len(),
+                "config versions from before secrets were sealed stay as they are: {} is not set",
+                crate::crypto::SECRET_KEY_VAR
+            );
+            return Ok(0);
+        }
+        let mut tx = self.db.begin_write().await?;
+        let mut sealed = 0;
+        let mut any_secret = false;
+        for r in &rows {
+            let id: String = r.try_get("id")?;
+            let config_id: String = r.try_get("config_id")?;
+            let clear = super::json_column(r, "config")?;
+            let (_, body) = self.sealed_body(&config_id, &clear)?;
+            any_secret |= body.secrets.as_deref().is_some_and(|s| s != "{}");
+            let done = sqlx::query(
+                "UPDATE config_versions SET config = $1, secrets = $2
+                 WHERE id = $3 AND secrets IS NULL",
+            )
+            .bind(&body.config)
+            .bind(body.secrets.clone())
+            .bind(&id)
+            .execute(&mut *tx)
+            .await?;
+            sealed += done.rows_affected() as usize;
+        }
+        if any_secret {
+            self.record_secret_key(&mut tx).await?;
+        }
+        tx.commit().await?;
+        tracing::info!(
+            versions = sealed,
+            "sealed the secrets of config versions written before they were encrypted"
+        );
+        Ok(sealed)
+    }
+
+    /// The stored columns of a config version (`config`, `secrets`): tests check what is at
+    /// rest.
+    pub async fn config_version_at_rest(
+        &self,
+        version_id: &str,
+    ) -> Result<Option<(String, Option<String>)>> {
+        let row = sqlx::query("SELECT config, secrets FROM config_versions WHERE id = $1")
+            .bind(version_id)
+            .fetch_optional(self.db.pool())
+            .await?;
+        row.map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).transpose()
+    }
+
     /// The versions of a config, newest first, and how many there are.
     pub async fn config_versions(
         &self,
@@ -398,8 +558,8 @@ impl Store {
                 .fetch_one(self.db.pool())
                 .await?;
         let rows = sqlx::query(
-            "SELECT id, config_id, version, name, config, created_by_user_id, created_by_key_id,
-                    created_at
+            "SELECT id, config_id, version, name, config, secrets, created_by_user_id,
+                    created_by_key_id, created_at
              FROM config_versions WHERE config_id = $1
              ORDER BY version DESC LIMIT $2 OFFSET $3",
         )

@@ -8,6 +8,7 @@ pub mod audit;
 mod auth;
 mod bootstrap;
 mod charges;
+pub mod config_secrets;
 mod configs;
 mod deployments;
 mod integration_models;

@@ -329,6 +329,7 @@ impl Store {
                 rebuild: tokio::sync::Mutex::new(()),
             }),
         };
+        store.seal_legacy_config_secrets().await?;
         store.refresh_data_plane().await?;
         Ok(store)
     }
@@ -512,7 +513,7 @@ impl Store {
             );
         }
         let rows = sqlx::query(
-            "SELECT c.id, c.slug, c.organisation_id, c.workspace_id, v.config
+            "SELECT c.id, c.slug, c.organisation_id, c.workspace_id, v.config, v.secrets
              FROM configs c JOIN config_versions v ON v.id = c.current_version_id
              WHERE c.status = 'active'",
         )
@@ -521,8 +522,15 @@ impl Store {
         for r in &rows {
             let id: String = r.try_get("id")?;
             let slug: String = r.try_get("slug")?;
-            let config: Value =
-                super::from_text("config_versions.config", &r.try_get::<String, _>("config")?)?;
+            // The body with its secrets opened; left out when they cannot be.
+            let Some(config) = self.open_config(
+                &id,
+                &r.try_get::<String, _>("config")?,
+                r.try_get::<Option<String>, _>("secrets")?.as_deref(),
+            )?
+            else {
+                continue;
+            };
             let config = SavedConfig {
                 owner: Some(Owner {
                     organisation_id: r.try_get("organisation_id")?,

@@ -8,6 +8,7 @@ mod api_keys;
 mod audit;
 mod authorisation;
 mod bootstrap;
+mod config_secrets;
 mod configs;
 mod deployments;
 mod integration_models;
