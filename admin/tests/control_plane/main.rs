@@ -7,6 +7,7 @@ mod access_snapshot;
 mod api_keys;
 mod audit;
 mod authorisation;
+mod authz_matrix;
 mod bootstrap;
 mod config_secrets;
 mod configs;
