@@ -508,7 +508,11 @@ impl Store {
         for r in &rows {
             let id: String = r.try_get("id")?;
             let config_id: String = r.try_get("config_id")?;
-            let clear = super::json_column(r, "config")?;
+            // An unreadable body is left as it is (and out of the data plane), not a reason
+            // to refuse to start.
+            let Ok(clear) = super::json_column(r, "config") else {
+                continue;
+            };
             let (_, body) = self.sealed_body(&config_id, &clear)?;
             any_secret |= body.secrets.as_deref().is_some_and(|s| s != "{}");
             let done = sqlx::query(
