@@ -331,3 +331,124 @@ impl Exchange {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::net::SocketAddr;
+    use std::sync::Mutex;
+
+    use super::*;
+    use plugin_sdk::egress;
+
+    /// Names mapped to the addresses a case needs; nothing goes on the network. Each lookup
+    /// takes the next answer of its name, so a name can change its address (rebinding).
+    struct Table(Mutex<HashMap<String, Vec<&'static str>>>);
+
+    impl Table {
+        fn new(entries: &[(&str, &[&'static str])]) -> Arc<Table> {
+            Arc::new(Table(Mutex::new(
+                entries
+                    .iter()
+                    .map(|(name, ips)| ((*name).to_owned(), ips.to_vec()))
+                    .collect(),
+            )))
+        }
+    }
+
+    impl Lookup for Table {
+        fn lookup<'a>(
+            &'a self,
+            host: &'a str,
+            port: u16,
+        ) -> BoxFuture<'a, std::io::Result<Vec<SocketAddr>>> {
+            let next = self
+                .0
+                .lock()
+                .unwrap()
+                .get_mut(host)
+                .filter(|answers| !answers.is_empty())
+                .map(|answers| answers.remove(0));
+            Box::pin(async move {
+                let ip = next.ok_or_else(|| std::io::Error::other("unknown test name"))?;
+                Ok(vec![SocketAddr::new(ip.parse().unwrap(), port)])
+            })
+        }
+    }
+
+    fn upstream(trusted: &str, table: Arc<Table>) -> Upstream {
+        let policy = EgressPolicy::new(egress::parse_list(trusted).unwrap());
+        let timeouts = UpstreamTimeouts {
+            // Long enough that a connection, were one attempted, would show as a hang.
+            ..UpstreamTimeouts::default()
+        };
+        Upstream::with_lookup(timeouts, policy, table)
+    }
+
+    /// `peer` is the step before any connection: a refusal there means nothing was connected.
+    #[tokio::test]
+    async fn internal_addresses_are_refused_before_any_connection() {
+        let table = Table::new(&[
+            ("metadata.test", &["169.254.169.254"]),
+            ("intranet.test", &["10.1.2.3"]),
+            ("cgnat.test", &["100.64.1.1"]),
+            ("mapped.test", &["::ffff:192.168.0.1"]),
+            ("ula.test", &["fd00::1"]),
+            ("public.test", &["93.184.216.34"]),
+        ]);
+        let up = upstream("", table);
+        for name in [
+            "metadata.test",
+            "intranet.test",
+            "cgnat.test",
+            "mapped.test",
+            "ula.test",
+        ] {
+            let ep = Endpoint::parse(&format!("http://{name}/v1")).unwrap();
+            let err = up.peer(&ep).await.unwrap_err();
+            assert_eq!(err.status().as_u16(), 403, "{name}: {}", err.message);
+            assert!(err.message.contains(name), "{}", err.message);
+        }
+        for literal in [
+            "http://10.0.0.1/",
+            "http://[fe80::1]/",
+            "http://0.0.0.0:80/",
+        ] {
+            let ep = Endpoint::parse(literal).unwrap();
+            assert_eq!(up.peer(&ep).await.unwrap_err().status().as_u16(), 403);
+        }
+        let ep = Endpoint::parse("https://public.test/v1").unwrap();
+        let peer = up.peer(&ep).await.unwrap();
+        assert_eq!(peer._address.to_string(), "93.184.216.34:443");
+    }
+
+    #[tokio::test]
+    async fn the_address_checked_is_the_one_connected_to() {
+        // A name that answers a public address, then (once the cache expires) an internal one:
+        // each answer is checked as it is used, so the second never gets a peer.
+        let table = Table::new(&[("rebind.test", &["93.184.216.34", "127.0.0.1"])]);
+        let up = upstream("", table.clone());
+        let ep = Endpoint::parse("http://rebind.test/").unwrap();
+        let peer = up.peer(&ep).await.unwrap();
+        assert_eq!(peer._address.to_string(), "93.184.216.34:80");
+        let fresh = upstream("", table);
+        let err = fresh.peer(&ep).await.unwrap_err();
+        assert_eq!(err.status().as_u16(), 403);
+    }
+
+    #[tokio::test]
+    async fn trusted_hosts_reach_internal_addresses() {
+        let table = Table::new(&[("llm.internal", &["10.0.0.5", "10.0.0.5"])]);
+        let up = upstream("llm.internal:8000", table);
+        let ok = Endpoint::parse("http://llm.internal:8000/v1").unwrap();
+        assert_eq!(
+            up.peer(&ok).await.unwrap()._address.to_string(),
+            "10.0.0.5:8000"
+        );
+        let other_port = Endpoint::parse("http://llm.internal:22/").unwrap();
+        assert_eq!(
+            up.peer(&other_port).await.unwrap_err().status().as_u16(),
+            403
+        );
+    }
+}
