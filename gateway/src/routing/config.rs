@@ -68,8 +68,9 @@ pub enum TargetRef {
 }
 
 /// The settings a node may carry. Inheritance: `override_params` merge (the child wins);
-/// `retry` and `cache` are replaced by the child's; `request_timeout`, `custom_host`,
-/// `forward_headers`, `cb_config` and the hooks are inherited when the child leaves them unset.
+/// `retry` and `cache` are the child's own when it has one (replacing the parent's whole, no
+/// merge), else the parent's; `request_timeout`, `custom_host`, `forward_headers`, `cb_config`
+/// and the hooks are inherited when the child leaves them unset.
 #[derive(Debug, Clone, Default)]
 pub struct Settings {
     pub override_params: Map<String, Value>,
@@ -92,8 +93,9 @@ impl Settings {
         }
         Settings {
             override_params,
-            retry: self.retry.clone(),
-            cache: self.cache.clone(),
+            // The child's own when it has one (replacing the parent's whole), else the parent's.
+            retry: self.retry.clone().or_else(|| parent.retry.clone()),
+            cache: self.cache.clone().or_else(|| parent.cache.clone()),
             // A group's breaker settings apply to each of its targets.
             circuit_breaker: self
                 .circuit_breaker

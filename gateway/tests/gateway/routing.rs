@@ -428,3 +428,37 @@ async fn the_retry_count_is_that_of_the_target_that_answered() {
         "three attempts on the first target, one on the second"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parents_retry_and_cache_hold_for_its_targets_unless_a_child_has_its_own() {
+    let env = Env::start().await;
+    let retry = |attempts: u32| {
+        json!({"attempts": attempts, "on_status_codes": [503], "use_retry_after_header": true})
+    };
+    // Three groups deep, the retry written only at the top: one call and two retries.
+    let deep = |leaf: Value| {
+        json!({"retry": retry(2), "strategy": {"mode": "fallback"}, "targets": [
+            {"strategy": {"mode": "fallback"}, "targets": [
+                {"strategy": {"mode": "loadbalance"}, "targets": [leaf]}]}]})
+    };
+    let resp = chat_with_config(&env, &deep(faulty(&env, "status=503")), hello("hi")).await;
+    assert_eq!(resp.status(), 503);
+    assert_eq!(header(&resp, "x-gw-retry-attempt-count"), "-1");
+    assert_eq!(env.mock.requests().len(), 3);
+
+    // A child's own retry replaces the parent's whole.
+    let mut leaf = faulty(&env, "status=503");
+    leaf["retry"] = retry(1);
+    let resp = chat_with_config(&env, &deep(leaf), hello("hi")).await;
+    assert_eq!(resp.status(), 503);
+    assert_eq!(env.mock.requests().len(), 3 + 2);
+
+    // A top-level cache caches the answers of the target the router chose.
+    let cached = json!({"cache": {"mode": "simple", "max_age": 60},
+                        "strategy": {"mode": "fallback"}, "targets": [healthy(&env)]});
+    let first = chat_with_config(&env, &cached, hello("cache me")).await;
+    assert_eq!(header(&first, "x-gw-cache-status"), "MISS");
+    let second = chat_with_config(&env, &cached, hello("cache me")).await;
+    assert_eq!(header(&second, "x-gw-cache-status"), "HIT");
+    assert_eq!(env.mock.requests().len(), 3 + 2 + 1);
+}
