@@ -76,6 +76,9 @@ def embeddings():
 def moderations():
     r = client.moderations.create(model="text-moderation-latest", input="I hate this attack")
     assert r.results[0].flagged and r.results[0].categories.violence
+    # The model the SDK's own examples use today.
+    r = client.moderations.create(model="omni-moderation-latest", input="I hate this attack")
+    assert r.results[0].flagged, r
 
 
 def validation_error():

@@ -55,6 +55,14 @@ pub const CONTROL_PLANE_PREFIXES: &[&str] = &[
     "/v1/deployments",
     "/v1/logs",
     "/v1/openapi.json",
+    // The reference control plane's other resources: answered 404 by the control plane until
+    // they are built, never sent to a provider.
+    "/v1/analytics",
+    "/v1/feedback",
+    "/v1/mcp-servers",
+    "/v1/mcp-integrations",
+    "/v1/prompts",
+    "/v1/guardrails",
 ];
 
 /// True for a path the control plane owns.
@@ -466,6 +474,13 @@ mod tests {
             "/v1/virtual-keys",
             "/v1/logs",
             "/v1/logs/exports/abc/download",
+            "/v1/analytics/graphs/requests",
+            "/v1/feedback",
+            "/v1/feedback/f-1",
+            "/v1/mcp-servers/s-1/metadata",
+            "/v1/mcp-integrations",
+            "/v1/prompts/p-1/completions",
+            "/v1/guardrails",
         ] {
             assert!(is_control_plane_path(p), "{p}");
         }

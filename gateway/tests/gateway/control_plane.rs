@@ -369,3 +369,48 @@ async fn the_openapi_document_is_served_on_the_listener() {
         "provider routes are not the control plane's"
     );
 }
+
+/// Every path of the reference control plane is the control plane's: one not built yet is a 404
+/// in the control plane's shape naming the path, never a provider request, even for a key
+/// whose default config would route it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn control_plane_paths_never_reach_a_provider() {
+    let env = Env::start().await;
+    let (status, made) = env
+        .admin_call(
+            reqwest::Method::POST,
+            "/v1/configs",
+            Some(ADMIN_KEY),
+            Some(serde_json::json!({"name": "Default", "config": {"provider": "@mock"}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{made}");
+    let ws = env.default_workspace().await;
+    let (key, _) = env
+        .workspace_key(
+            &ws,
+            serde_json::json!({"defaults": {"config_id": made["id"]}}),
+        )
+        .await;
+    for (method, path) in [
+        (reqwest::Method::GET, "/v1/analytics/graphs/requests"),
+        (reqwest::Method::POST, "/v1/feedback"),
+        (reqwest::Method::GET, "/v1/mcp-servers/s-1/metadata"),
+        (reqwest::Method::GET, "/v1/mcp-integrations"),
+        (reqwest::Method::GET, "/v1/prompts"),
+        (reqwest::Method::GET, "/v1/guardrails"),
+    ] {
+        for credential in [ADMIN_KEY, key.as_str()] {
+            let (status, body) = env
+                .admin_call(method.clone(), path, Some(credential), None)
+                .await;
+            assert_eq!(status, 404, "{method} {path}: {body}");
+            assert_eq!(body["success"], false, "{body}");
+            assert!(
+                body["data"]["message"].as_str().unwrap().contains(path),
+                "{body}"
+            );
+        }
+    }
+    assert!(env.mock.requests().is_empty(), "nothing reached a provider");
+}

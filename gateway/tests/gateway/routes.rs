@@ -82,6 +82,18 @@ async fn embeddings_and_moderations() {
     let body: Value = resp.json().await.unwrap();
     assert_eq!(body["results"][0]["flagged"], true);
     assert_eq!(body["results"][0]["categories"]["violence"], true);
+
+    // Any model name goes to the provider (providers add models); the spec's are not a list.
+    let resp = env
+        .post("/v1/moderations")
+        .json(&json!({"input": "hello", "model": "omni-moderation-latest"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let seen = env.mock.requests();
+    let sent: Value = serde_json::from_slice(&seen.last().unwrap().body).unwrap();
+    assert_eq!(sent["model"], "omni-moderation-latest");
 }
 
 /// An answer of several megabytes reaches the gateway in many reads; it is relayed whole, the

@@ -67,7 +67,11 @@ impl LlmRequest {
             LlmRequest::None => None,
             LlmRequest::Chat(r) => r.model.as_deref(),
             LlmRequest::Embeddings(r) => r.model.as_deref(),
-            LlmRequest::Moderation(r) => r.model.as_deref(),
+            LlmRequest::Moderation(r) => Some(
+                r.model
+                    .as_deref()
+                    .unwrap_or(moderations::DEFAULT_MODERATION_MODEL),
+            ),
             LlmRequest::Messages(r) => Some(&r.model),
         }
     }

@@ -4,8 +4,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::GatewayError;
 
-/// The moderation models the spec allows; `text-moderation-latest` is the default.
-pub const MODERATION_MODELS: &[&str] = &["text-moderation-stable", "text-moderation-latest"];
+/// The model a moderation request without `model` is answered by (the spec's default); any
+/// other model name is the provider's to accept, as providers add models
+/// (`omni-moderation-latest`...).
+pub const DEFAULT_MODERATION_MODEL: &str = "text-moderation-latest";
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct ModerationRequest {
@@ -22,18 +24,13 @@ pub enum ModerationInput {
 }
 
 impl ModerationRequest {
-    /// Checks that `model`, when given, is one of [`MODERATION_MODELS`] and that there is input.
+    /// Checks that `model`, when given, is a name (not empty) and that there is input.
     pub fn validate(&self) -> Result<(), GatewayError> {
-        if let Some(model) = &self.model {
-            if !MODERATION_MODELS.contains(&model.as_str()) {
-                return Err(GatewayError::invalid_param(
-                    "model",
-                    format!(
-                        "model must be one of {}, got {model:?}",
-                        MODERATION_MODELS.join(", ")
-                    ),
-                ));
-            }
+        if self.model.as_deref().is_some_and(|m| m.trim().is_empty()) {
+            return Err(GatewayError::invalid_param(
+                "model",
+                "model must name a moderation model, or be left out for the default",
+            ));
         }
         if let ModerationInput::Texts(v) = &self.input {
             if v.is_empty() {
@@ -54,12 +51,21 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn model_must_be_one_of_the_enum() {
-        let ok = json!({"input": "x", "model": "text-moderation-stable"});
-        LlmRequest::decode(Route::Moderations, ok.to_string().as_bytes()).unwrap();
-        LlmRequest::decode(Route::Moderations, br#"{"input": "x"}"#).unwrap();
-        let bad = json!({"input": "x", "model": "gpt-4o"});
-        let err = LlmRequest::decode(Route::Moderations, bad.to_string().as_bytes()).unwrap_err();
+    fn any_model_name_is_accepted_and_input_is_required() {
+        for model in [
+            "text-moderation-stable",
+            "text-moderation-latest",
+            "omni-moderation-latest",
+            "omni-moderation-2024-09-26",
+        ] {
+            let ok = json!({"input": "x", "model": model});
+            let r = LlmRequest::decode(Route::Moderations, ok.to_string().as_bytes()).unwrap();
+            assert_eq!(r.model(), Some(model));
+        }
+        let r = LlmRequest::decode(Route::Moderations, br#"{"input": "x"}"#).unwrap();
+        assert_eq!(r.model(), Some(super::DEFAULT_MODERATION_MODEL));
+        let err =
+            LlmRequest::decode(Route::Moderations, br#"{"input": "x", "model": ""}"#).unwrap_err();
         assert_eq!(err.param.as_deref(), Some("model"));
         let err = LlmRequest::decode(Route::Moderations, br#"{"input": []}"#).unwrap_err();
         assert_eq!(err.param.as_deref(), Some("input"));
