@@ -480,8 +480,11 @@ async fn deliver(
 }
 
 /// Whether the client asked for strictly OpenAI-shaped answers (no `content_blocks`).
+/// Whether answers keep to OpenAI's shapes only. Default: yes, as the spec implies (`thinking`
+/// "requires strict_openai_compliance = false"); `x-gw-strict-open-ai-compliance: false` adds
+/// the `content_blocks` that carry a model's thinking.
 fn strict(cx: &RequestCx) -> bool {
-    cx.gw.strict_openai_compliance.unwrap_or(false)
+    cx.gw.strict_openai_compliance.unwrap_or(true)
 }
 
 /// The 408 of the reference gateway.

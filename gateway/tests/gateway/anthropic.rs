@@ -219,3 +219,42 @@ async fn fallback_crosses_wire_formats() {
     assert_eq!(to_anthropic[0].json().unwrap()["model"], "claude-fallback");
     assert_eq!(to_anthropic[0].header("x-api-key"), Some("sk-a"));
 }
+
+/// A model's thinking comes back as `content_blocks` only when the client turns strict OpenAI
+/// compliance off; by default answers keep to OpenAI's shapes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thinking_shows_only_without_strict_compliance() {
+    let env = Env::start().await;
+    let body = json!({"model": "claude-test", "max_tokens": 50,
+        "thinking": {"type": "enabled", "budget_tokens": 20},
+        "messages": [{"role": "user", "content": "think first"}]});
+    let strict: Value = anthropic(&env, "/v1/chat/completions")
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        strict["choices"][0]["message"].get("content_blocks").is_none(),
+        "{strict}"
+    );
+    assert_eq!(
+        strict["choices"][0]["message"]["content"],
+        "mock reply to: think first"
+    );
+    let open: Value = anthropic(&env, "/v1/chat/completions")
+        .header("x-gw-strict-open-ai-compliance", "false")
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let blocks = open["choices"][0]["message"]["content_blocks"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{open}"));
+    assert!(blocks.iter().any(|b| b["type"] == "thinking"), "{open}");
+}
