@@ -248,8 +248,21 @@ const COMMON_ERRORS: [(&str, &str, &str); 4] = [
     ),
 ];
 
+/// The version of the interface the document describes: the spec's, not the gateway's own
+/// release (that one is `info.x-gateway-version`).
+pub const INTERFACE_VERSION: &str = "2.0.0";
+
 impl Modify for Conventions {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        openapi.info.version = INTERFACE_VERSION.to_owned();
+        openapi
+            .info
+            .extensions
+            .get_or_insert_with(Default::default)
+            .insert(
+                "x-gateway-version".to_owned(),
+                serde_json::Value::from(env!("CARGO_PKG_VERSION")),
+            );
         let components = openapi.components.get_or_insert_with(Default::default);
         components.security_schemes.insert(
             SECURITY_SCHEME.to_owned(),

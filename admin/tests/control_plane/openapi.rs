@@ -135,6 +135,9 @@ async fn the_document_is_served_without_a_key() {
     let version = doc["openapi"].as_str().expect("an openapi version");
     assert!(version.starts_with("3."), "{version}");
     assert!(doc["info"]["title"].is_string());
+    // The interface version the spec describes, and the gateway's own release beside it.
+    assert_eq!(doc["info"]["version"], "2.0.0");
+    assert_eq!(doc["info"]["x-gateway-version"], env!("CARGO_PKG_VERSION"));
     // Built once: the same text each time, with or without a key.
     let (_, _, first) = app.call_raw("GET", "/v1/openapi.json", None, None).await;
     let (status, _, second) = app
