@@ -84,7 +84,8 @@ impl ProxyHttp for GatewayProxy {
         };
 
         ctx._in_flight = Some(self.gw.in_flight());
-        let (cx, headers_ok) = request::context(session, route);
+        let (mut cx, headers_ok) = request::context(session, route);
+        cx.response.reference_headers = self.gw.config.reference_response_headers;
         let cx = ctx.cx.insert(Box::new(cx));
         if let Err(e) = headers_ok {
             // The body was not read, so the connection cannot be reused.
@@ -164,13 +165,12 @@ impl ProxyHttp for GatewayProxy {
             if let Some(sent) = ctx.passthrough.as_ref().and_then(|t| t.sent_at) {
                 cx.response.upstream_latency = Some(sent.elapsed());
             }
-            upstream_response.insert_header(respond::TRACE_ID, cx.trace_id.as_str())?;
-            if let Some(p) = &cx.response.provider {
-                upstream_response.insert_header(respond::PROVIDER, p.as_str())?;
-            }
-            if let Some(index) = &cx.response.option_index {
-                upstream_response.insert_header(respond::LAST_USED_OPTION_INDEX, index.as_str())?;
-                upstream_response.insert_header(respond::RETRY_ATTEMPT_COUNT, 0)?;
+            let mut ours = http::HeaderMap::new();
+            respond::set_gateway_headers(&mut ours, cx);
+            for (name, value) in ours {
+                if let Some(name) = name {
+                    upstream_response.insert_header(name, value)?;
+                }
             }
         }
         Ok(())

@@ -16,6 +16,55 @@ pub const LAST_USED_OPTION_INDEX: HeaderName =
 pub const RETRY_ATTEMPT_COUNT: HeaderName = HeaderName::from_static("x-gw-retry-attempt-count");
 pub const CACHE_STATUS: HeaderName = HeaderName::from_static("x-gw-cache-status");
 
+/// The same headers under the reference product's names, which clients built for it read.
+const REFERENCE_NAMES: [(HeaderName, HeaderName); 5] = [
+    (TRACE_ID, HeaderName::from_static("x-portkey-trace-id")),
+    (PROVIDER, HeaderName::from_static("x-portkey-provider")),
+    (
+        CACHE_STATUS,
+        HeaderName::from_static("x-portkey-cache-status"),
+    ),
+    (
+        LAST_USED_OPTION_INDEX,
+        HeaderName::from_static("x-portkey-last-used-option-index"),
+    ),
+    (
+        RETRY_ATTEMPT_COUNT,
+        HeaderName::from_static("x-portkey-retry-attempt-count"),
+    ),
+];
+
+/// Sets the gateway's own response headers of a request (replacing any of the same name), and
+/// their reference names when the request asks for them: every answer, errors, plugin answers,
+/// streams and passthrough alike, goes through here.
+pub fn set_gateway_headers(headers: &mut HeaderMap, cx: &RequestCx) {
+    insert_text(headers, TRACE_ID, &cx.trace_id);
+    if let Some(p) = &cx.response.provider {
+        insert_text(headers, PROVIDER, p);
+    }
+    if let Some(status) = cx.response.cache_status {
+        headers.insert(CACHE_STATUS, HeaderValue::from_static(status));
+    }
+    // Requests routed by a config say which target answered and after how many retries
+    // (-1: every retry was used and the answer still failed).
+    if let Some(index) = &cx.response.option_index {
+        insert_text(headers, LAST_USED_OPTION_INDEX, index);
+        let count = if cx.response.retries_exhausted {
+            -1
+        } else {
+            i64::from(cx.response.retries)
+        };
+        headers.insert(RETRY_ATTEMPT_COUNT, HeaderValue::from(count));
+    }
+    if cx.response.reference_headers {
+        for (ours, theirs) in &REFERENCE_NAMES {
+            if let Some(v) = headers.get(ours).cloned() {
+                headers.insert(theirs.clone(), v);
+            }
+        }
+    }
+}
+
 /// A response header with the gateway's own headers set.
 pub fn header(status: StatusCode, cx: Option<&RequestCx>) -> pingora::Result<ResponseHeader> {
     Ok(header_with(status, cx, HeaderMap::with_capacity(6)))
@@ -31,24 +80,7 @@ pub fn header_with(
     mut headers: HeaderMap,
 ) -> ResponseHeader {
     if let Some(cx) = cx {
-        insert_text(&mut headers, TRACE_ID, &cx.trace_id);
-        if let Some(p) = &cx.response.provider {
-            insert_text(&mut headers, PROVIDER, p);
-        }
-        if let Some(status) = cx.response.cache_status {
-            headers.insert(CACHE_STATUS, HeaderValue::from_static(status));
-        }
-        // Requests routed by a config say which target answered and after how many retries
-        // (-1: every retry was used and the answer still failed).
-        if let Some(index) = &cx.response.option_index {
-            insert_text(&mut headers, LAST_USED_OPTION_INDEX, index);
-            let count = if cx.response.retries_exhausted {
-                -1
-            } else {
-                i64::from(cx.response.retries)
-            };
-            headers.insert(RETRY_ATTEMPT_COUNT, HeaderValue::from(count));
-        }
+        set_gateway_headers(&mut headers, cx);
     }
     let (mut parts, ()) = http::Response::new(()).into_parts();
     parts.status = status;

@@ -81,6 +81,10 @@ pub struct ResponseInfo {
     pub retries_exhausted: bool,
     /// The config node that answered (`config.targets[1]`), when a config routed the request.
     pub option_index: Option<String>,
+    /// Whether the answer carries the gateway's response headers under the reference product's
+    /// names too (`x-portkey-trace-id`...), for clients built for it
+    /// (`compat.reference_response_headers`, default true). Set by the gateway.
+    pub reference_headers: bool,
 }
 
 /// Everything the gateway knows about one request. Created when the request arrives; passed to

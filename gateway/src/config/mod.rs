@@ -60,6 +60,9 @@ pub struct GatewayConfig {
     /// `GW_TRUSTED_CUSTOM_HOSTS`, and every host the file itself names (`provider_base_urls`,
     /// `providers[].custom_host`). Every other upstream host must resolve to a public address.
     pub egress: EgressPolicy,
+    /// `compat.reference_response_headers`: answers carry the `x-portkey-*` names of the
+    /// gateway's response headers too. Default: true.
+    pub reference_response_headers: bool,
 }
 
 /// One validated pipeline entry.
@@ -428,6 +431,7 @@ fn validate(json: Value, overrides: &Overrides) -> Result<GatewayConfig, ConfigE
         provider_base_urls,
         configs,
         pipeline,
+        reference_response_headers: raw.compat.reference_response_headers.unwrap_or(true),
         egress: {
             let mut policy = EgressPolicy::default();
             for t in trusted {

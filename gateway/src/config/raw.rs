@@ -33,6 +33,8 @@ pub struct RawGatewayConfig {
     pub shutdown: RawShutdown,
     #[serde(default)]
     pub egress: RawEgress,
+    #[serde(default)]
+    pub compat: RawCompat,
     /// Control-plane database. Default: `sqlite://gateway.db`. `GW_DATABASE_URL` overrides.
     #[serde(default)]
     pub database_url: Option<String>,
@@ -74,6 +76,16 @@ pub struct RawUpstream {
     pub write_timeout_ms: Option<u64>,
     /// How long idle provider connections stay pooled. Default: 90000.
     pub idle_timeout_ms: Option<u64>,
+}
+
+/// Compatibility with clients built for the reference product.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCompat {
+    /// Whether answers also carry `x-portkey-trace-id`, `x-portkey-provider`,
+    /// `x-portkey-cache-status`, `x-portkey-retry-attempt-count` and
+    /// `x-portkey-last-used-option-index` beside the `x-gw-*` ones. Default: true.
+    pub reference_response_headers: Option<bool>,
 }
 
 /// Which hosts named by requests or the control plane (custom hosts, integrations' hosts,

@@ -237,7 +237,9 @@ async fn thinking_shows_only_without_strict_compliance() {
         .await
         .unwrap();
     assert!(
-        strict["choices"][0]["message"].get("content_blocks").is_none(),
+        strict["choices"][0]["message"]
+            .get("content_blocks")
+            .is_none(),
         "{strict}"
     );
     assert_eq!(

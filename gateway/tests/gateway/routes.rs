@@ -225,3 +225,63 @@ async fn provider_errors_keep_their_status_and_name_the_provider() {
     // Forwarded because the client asked for it.
     assert_eq!(env.mock.requests()[0].header("x-mock-status"), Some("429"));
 }
+
+/// Clients built for the reference product read its names of the gateway's response headers:
+/// they come beside the `x-gw-*` ones on every answer (whole, streamed, errors, passthrough),
+/// unless `compat.reference_response_headers: false`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reference_response_headers_come_beside_the_gateways_own() {
+    let env = Env::start().await;
+    let same = |resp: &reqwest::Response, names: &[&str]| {
+        for name in names {
+            let ours = resp.headers().get(format!("x-gw-{name}"));
+            let theirs = resp.headers().get(format!("x-portkey-{name}"));
+            assert!(ours.is_some(), "x-gw-{name} missing");
+            assert_eq!(ours, theirs, "x-portkey-{name}");
+        }
+    };
+    let resp = env.chat(hello("hi")).await;
+    assert_eq!(resp.status(), 200);
+    same(&resp, &["trace-id", "provider"]);
+    let mut stream = hello("hi");
+    stream["stream"] = json!(true);
+    let resp = env.chat(stream).await;
+    same(&resp, &["trace-id", "provider"]);
+    let resp = env.chat(json!({"model": "m", "messages": []})).await;
+    assert_eq!(resp.status(), 400);
+    same(&resp, &["trace-id"]);
+    let config = json!({"strategy": {"mode": "fallback"}, "cache": {"mode": "simple"},
+        "targets": [{"provider": "openai", "api_key": "k", "custom_host": env.mock.base_url()}]});
+    for _ in 0..2 {
+        let resp = env
+            .gw_post("/v1/chat/completions")
+            .header("x-gw-config", config.to_string())
+            .json(&hello("cached"))
+            .send()
+            .await
+            .unwrap();
+        same(
+            &resp,
+            &[
+                "trace-id",
+                "provider",
+                "cache-status",
+                "last-used-option-index",
+                "retry-attempt-count",
+            ],
+        );
+    }
+    let resp = env
+        .client
+        .get(env.url("/v1/models"))
+        .header("x-gw-provider", "@mock")
+        .send()
+        .await
+        .unwrap();
+    same(&resp, &["trace-id", "provider"]);
+
+    let off = Env::start_with("compat:\n  reference_response_headers: false\n").await;
+    let resp = off.chat(hello("hi")).await;
+    assert!(resp.headers().get("x-gw-trace-id").is_some());
+    assert!(resp.headers().get("x-portkey-trace-id").is_none());
+}

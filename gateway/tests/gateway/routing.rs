@@ -432,9 +432,7 @@ async fn the_retry_count_is_that_of_the_target_that_answered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_parents_retry_and_cache_hold_for_its_targets_unless_a_child_has_its_own() {
     let env = Env::start().await;
-    let retry = |attempts: u32| {
-        json!({"attempts": attempts, "on_status_codes": [503], "use_retry_after_header": true})
-    };
+    let retry = |attempts: u32| json!({"attempts": attempts, "on_status_codes": [503], "use_retry_after_header": true});
     // Three groups deep, the retry written only at the top: one call and two retries.
     let deep = |leaf: Value| {
         json!({"retry": retry(2), "strategy": {"mode": "fallback"}, "targets": [

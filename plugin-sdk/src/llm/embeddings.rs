@@ -80,7 +80,11 @@ impl EmbeddingsRequest {
         }
         // `float` and `base64` are OpenAI's; other providers add their own (`int8`, `binary`...),
         // so the name is the provider's to accept.
-        if self.encoding_format.as_deref().is_some_and(|f| f.trim().is_empty()) {
+        if self
+            .encoding_format
+            .as_deref()
+            .is_some_and(|f| f.trim().is_empty())
+        {
             return Err(GatewayError::invalid_param(
                 "encoding_format",
                 "encoding_format must name a format (float, base64...), or be left out",
@@ -122,7 +126,10 @@ mod tests {
             param_of(json!({"input": "x", "dimensions": 0})).as_deref(),
             Some("dimensions")
         );
-        assert_eq!(param_of(json!({"input": "x", "encoding_format": "int8"})), None);
+        assert_eq!(
+            param_of(json!({"input": "x", "encoding_format": "int8"})),
+            None
+        );
         assert_eq!(
             param_of(json!({"input": "x", "encoding_format": ""})).as_deref(),
             Some("encoding_format")
