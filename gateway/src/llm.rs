@@ -488,7 +488,7 @@ fn strict(cx: &RequestCx) -> bool {
 }
 
 /// The 408 of the reference gateway.
-fn request_timeout(ms: u64) -> GatewayError {
+pub(crate) fn request_timeout(ms: u64) -> GatewayError {
     GatewayError::new(
         ErrorKind::Timeout,
         format!("Request exceeded the timeout sent in the request: {ms}ms"),

@@ -129,7 +129,26 @@ impl ProxyHttp for GatewayProxy {
             ));
         };
         match self.gw.upstream.peer(&target.endpoint).await {
-            Ok(peer) => Ok(peer),
+            Ok(mut peer) => {
+                // `x-gw-request-timeout` bounds the wait for the provider: the connection and
+                // each read get what is left of it (a stream already flowing keeps going as
+                // long as each read arrives within that time).
+                if let Some(ms) = ctx.cx.as_ref().and_then(|cx| cx.gw.request_timeout_ms) {
+                    let started = ctx.cx.as_ref().map_or_else(Instant::now, |cx| cx.started);
+                    let left = std::time::Duration::from_millis(ms)
+                        .saturating_sub(started.elapsed())
+                        .max(std::time::Duration::from_millis(1));
+                    let o = &mut peer.options;
+                    for t in [
+                        &mut o.connection_timeout,
+                        &mut o.total_connection_timeout,
+                        &mut o.read_timeout,
+                    ] {
+                        *t = Some(t.map_or(left, |own| own.min(left)));
+                    }
+                }
+                Ok(peer)
+            }
             Err(e) => {
                 let explain = e.message.clone();
                 ctx.failure = Some(e);
@@ -182,7 +201,18 @@ impl ProxyHttp for GatewayProxy {
         e: &pingora::Error,
         ctx: &mut Ctx,
     ) -> FailToProxy {
-        let err = ctx.failure.take().unwrap_or_else(|| pingora_failure(e));
+        let timed_out = matches!(
+            e.etype(),
+            pingora::ErrorType::ReadTimedout
+                | pingora::ErrorType::ConnectTimedout
+                | pingora::ErrorType::TLSHandshakeTimedout
+        );
+        let err = ctx.failure.take().unwrap_or_else(|| {
+            match ctx.cx.as_ref().and_then(|cx| cx.gw.request_timeout_ms) {
+                Some(ms) if timed_out => crate::llm::request_timeout(ms),
+                _ => pingora_failure(e),
+            }
+        });
         let code = err.status().as_u16();
         if session.response_written().is_none() {
             respond::error(session, ctx.cx.as_deref_mut(), &err).await;

@@ -109,3 +109,37 @@ async fn an_8_mb_chat_request_reaches_the_provider_intact() {
     // length.
     assert!(req.json().unwrap()["messages"][0]["content"] == content.as_str());
 }
+
+/// `x-gw-request-timeout` holds on passthrough paths too: a provider that has not answered in
+/// time is a 408 in the same shape as on the first-class routes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_request_timeout_holds_on_passthrough() {
+    let env = Env::start().await;
+    let slow = env
+        .mock
+        .base_url()
+        .replace("/v1", "/x-mock/delay_ms=1500/v1");
+    let get = |timeout: Option<&str>| {
+        let mut req = env
+            .client
+            .get(env.url("/v1/models"))
+            .header("x-gw-custom-host", &slow)
+            .header("x-gw-provider", "openai")
+            .header("authorization", "Bearer k");
+        if let Some(ms) = timeout {
+            req = req.header("x-gw-request-timeout", ms);
+        }
+        req.send()
+    };
+    // The provider answers after 1.5 s: a 408 means the gateway did not wait for it.
+    let resp = get(Some("200")).await.unwrap();
+    assert_eq!(resp.status(), 408);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(
+        body["error"]["message"],
+        "Request exceeded the timeout sent in the request: 200ms"
+    );
+    assert_eq!(body["error"]["type"], "timeout_error");
+    // Without one, the slow provider is waited for.
+    assert_eq!(get(None).await.unwrap().status(), 200);
+}
