@@ -529,3 +529,56 @@ async fn workspace_default_guardrails_apply_to_the_workspace_s_keys() {
         "{body}"
     );
 }
+
+/// A stateless API lets a client put anything in "earlier" turns: input checks read them all,
+/// tool-call arguments included, and `/v1/messages` is checked like chat, both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_read_every_turn_and_the_messages_route() {
+    let env = with_guardrails(&format!(
+        "{NO_SECRETS_DENY}
+    after_request_hooks:
+      - id: no-replies
+        deny: true
+        checks:
+          - id: default.contains
+            parameters: {{words: [reply], operator: none}}"
+    ))
+    .await;
+    let hidden = json!({"model": "m", "messages": [
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function",
+            "function": {"name": "f", "arguments": "{\"q\": \"the secret\"}"}}]},
+        {"role": "tool", "tool_call_id": "c", "content": "ok"},
+        {"role": "user", "content": "go on"}]});
+    let (status, body) = json_of(env.chat(hidden).await).await;
+    assert_eq!(status, 446, "{body}");
+    assert_eq!(env.mock.request_count(), 0);
+
+    // Anthropic's format, to Anthropic: a refused input, then an answer the output hook refuses
+    // (the mock's answer is "mock reply to: ...").
+    let messages = |system: &str| {
+        env.gw_post("/v1/messages")
+            .header("x-gw-provider", "anthropic")
+            .header("x-gw-custom-host", env.mock.base_url())
+            .header("authorization", "Bearer sk-ant")
+            .json(
+                &json!({"model": "claude-test", "max_tokens": 20, "system": system,
+                "messages": [{"role": "user", "content": "hi"}]}),
+            )
+            .send()
+    };
+    let (status, body) = json_of(messages("never tell the secret").await.unwrap()).await;
+    assert_eq!(status, 446, "{body}");
+    assert_eq!(
+        body["hook_results"]["before_request_hooks"][0]["id"],
+        "no-secrets"
+    );
+    assert_eq!(env.mock.request_count(), 0);
+    let (status, body) = json_of(messages("be brief").await.unwrap()).await;
+    assert_eq!(status, 446, "{body}");
+    assert_eq!(
+        body["hook_results"]["after_request_hooks"][0]["id"],
+        "no-replies"
+    );
+    assert_eq!(env.mock.request_count(), 1);
+}

@@ -189,6 +189,8 @@ struct StreamState {
     checked: usize,
     /// The final checks ran (or a hook stopped the stream).
     done: bool,
+    /// The choices seen so far, by index, and whether each has finished.
+    choices: Vec<(u64, bool)>,
 }
 
 /// Tells the plugin instances of one pipeline apart.
@@ -414,7 +416,7 @@ impl Plugin for Guardrails {
             return Ok(Flow::Continue);
         }
         let after = self.after_hooks(cx);
-        if cx.route == Route::ChatCompletions && !after.is_empty() {
+        if matches!(cx.route, Route::ChatCompletions | Route::Messages) && !after.is_empty() {
             if let Ok(body) = serde_json::from_slice::<Value>(&response.body) {
                 let request = if after.iter().any(|h| h.needs_network()) {
                     serde_json::from_slice(&cx.body).unwrap_or(Value::Null)
@@ -459,7 +461,12 @@ impl Plugin for Guardrails {
             .extensions
             .get::<RequestHooks>()
             .is_some_and(|r| r.owner == self.instance && !r.after.is_empty());
-        if cx.route != Route::ChatCompletions || (self.after.is_empty() && !request_after) {
+        let anthropic = match cx.route {
+            Route::ChatCompletions => false,
+            Route::Messages => true,
+            _ => return Ok(Flow::Continue),
+        };
+        if self.after.is_empty() && !request_after {
             return Ok(Flow::Continue);
         }
         let after = self.after_hooks(cx);
@@ -477,7 +484,11 @@ impl Plugin for Guardrails {
         let state = &mut states.0[at].1;
         let mut flow = Flow::Continue;
         if !state.done {
-            let end = gather(&chunk.data, &mut state.text);
+            let end = if anthropic {
+                gather_anthropic(&chunk.data, &mut state.text)
+            } else {
+                gather(&chunk.data, &mut state.text, &mut state.choices)
+            };
             if end {
                 state.done = true;
                 let text = std::mem::take(&mut state.text);
@@ -517,17 +528,36 @@ struct ChunkChoice {
 struct ChunkDelta {
     #[serde(default)]
     content: Option<String>,
+    #[serde(default)]
+    tool_calls: Vec<ToolCallDelta>,
 }
 
-/// Adds the first choice's content deltas of some `chat.completion.chunk` events to `text`;
-/// true when the stream's answer is complete (a `finish_reason` for it, or `[DONE]`).
-fn gather(events: &[u8], text: &mut String) -> bool {
+#[derive(Deserialize)]
+struct ToolCallDelta {
+    #[serde(default)]
+    function: Option<FunctionDelta>,
+}
+
+#[derive(Deserialize)]
+struct FunctionDelta {
+    #[serde(default)]
+    arguments: Option<String>,
+}
+
+/// The data of each `data:` line of some server-sent events.
+fn data_lines(events: &[u8]) -> impl Iterator<Item = &[u8]> {
+    events
+        .split(|b| *b == b'\n')
+        .filter_map(|line| line.strip_prefix(b"data:"))
+        .map(<[u8]>::trim_ascii)
+}
+
+/// Adds what every choice says in some `chat.completion.chunk` events (content and tool-call
+/// argument deltas) to `text`; `choices` tracks which choices have finished. True when the
+/// stream's answer is complete: `[DONE]`, or every choice seen has a `finish_reason`.
+fn gather(events: &[u8], text: &mut String, choices: &mut Vec<(u64, bool)>) -> bool {
     let mut end = false;
-    for line in events.split(|b| *b == b'\n') {
-        let Some(data) = line.strip_prefix(b"data:") else {
-            continue;
-        };
-        let data = data.trim_ascii();
+    for data in data_lines(events) {
         if data == b"[DONE]" {
             end = true;
             continue;
@@ -535,13 +565,67 @@ fn gather(events: &[u8], text: &mut String) -> bool {
         let Ok(event) = serde_json::from_slice::<ChunkEvent>(data) else {
             continue;
         };
-        for choice in event.choices.into_iter().filter(|c| c.index == 0) {
-            if let Some(content) = choice.delta.and_then(|d| d.content) {
-                text.push_str(&content);
+        for choice in event.choices {
+            let at = match choices.iter().position(|(i, _)| *i == choice.index) {
+                Some(at) => at,
+                None => {
+                    choices.push((choice.index, false));
+                    choices.len() - 1
+                }
+            };
+            if let Some(delta) = choice.delta {
+                if let Some(content) = delta.content {
+                    text.push_str(&content);
+                }
+                for call in delta.tool_calls {
+                    if let Some(args) = call.function.and_then(|f| f.arguments) {
+                        text.push_str(&args);
+                    }
+                }
             }
             if choice.finish_reason.is_some() {
-                end = true;
+                choices[at].1 = true;
             }
+        }
+    }
+    end || (!choices.is_empty() && choices.iter().all(|(_, done)| *done))
+}
+
+/// The parts of an Anthropic stream event that the checks read.
+#[derive(Deserialize)]
+struct AnthropicEvent {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    delta: Option<AnthropicDelta>,
+}
+
+#[derive(Deserialize)]
+struct AnthropicDelta {
+    #[serde(default)]
+    text: Option<String>,
+    #[serde(default)]
+    partial_json: Option<String>,
+}
+
+/// Adds the text and tool-input deltas of some Anthropic Messages stream events to `text`; true
+/// at `message_stop`.
+fn gather_anthropic(events: &[u8], text: &mut String) -> bool {
+    let mut end = false;
+    for data in data_lines(events) {
+        let Ok(event) = serde_json::from_slice::<AnthropicEvent>(data) else {
+            continue;
+        };
+        match event.kind.as_str() {
+            "content_block_delta" => {
+                if let Some(delta) = event.delta {
+                    if let Some(t) = delta.text.or(delta.partial_json) {
+                        text.push_str(&t);
+                    }
+                }
+            }
+            "message_stop" => end = true,
+            _ => {}
         }
     }
     end

@@ -331,8 +331,7 @@ fn sse(events: &[Value]) -> Chunk {
 
 fn delta(content: &str) -> Value {
     json!({"object": "chat.completion.chunk", "choices": [
-        {"index": 0, "delta": {"content": content}, "finish_reason": null},
-        {"index": 1, "delta": {"content": "other choice text"}, "finish_reason": null}
+        {"index": 0, "delta": {"content": content}, "finish_reason": null}
     ]})
 }
 
@@ -421,16 +420,53 @@ async fn end_only_checks_run_when_the_stream_ends() {
 }
 
 #[test]
-fn deltas_of_the_first_choice_are_gathered() {
+fn deltas_of_every_choice_and_tool_call_are_gathered() {
     let mut text = String::new();
-    let chunk = sse(&[delta("a"), delta("b")]);
-    assert!(!gather(&chunk.data, &mut text));
-    assert_eq!(text, "ab");
+    let mut choices = Vec::new();
+    let chunk = sse(&[
+        delta("a"),
+        json!({"choices": [{"index": 1, "delta": {"content": "B"}}]}),
+        json!({"choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": 0, "function": {"arguments": "{\"x\":"}}]}}]}),
+        delta("b"),
+    ]);
+    assert!(!gather(&chunk.data, &mut text, &mut choices));
+    assert_eq!(text, "aB{\"x\":b");
+    // One choice finishing does not end the answer while another goes on.
+    let first_done =
+        sse(&[json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})]);
+    assert!(!gather(&first_done.data, &mut text, &mut choices));
+    let second_done =
+        sse(&[json!({"choices": [{"index": 1, "delta": {}, "finish_reason": "stop"}]})]);
+    assert!(gather(&second_done.data, &mut text, &mut choices));
+    let mut fresh = Vec::new();
     assert!(gather(
         b"data: {\"choices\": []}\n\ndata: [DONE]\n\n",
+        &mut text,
+        &mut fresh
+    ));
+    assert!(!gather(
+        b"data: not json\n\n: comment\n\n",
+        &mut text,
+        &mut Vec::new()
+    ));
+}
+
+#[test]
+fn anthropic_stream_text_and_tool_input_are_gathered() {
+    let mut text = String::new();
+    let events = concat!(
+        "event: content_block_delta\n",
+        "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi \"}}\n\n",
+        "event: content_block_delta\n",
+        "data: {\"type\":\"content_block_delta\",\"index\":1,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"q\\\":1}\"}}\n\n",
+    );
+    assert!(!gather_anthropic(events.as_bytes(), &mut text));
+    assert_eq!(text, "Hi {\"q\":1}");
+    assert!(gather_anthropic(
+        b"event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
         &mut text
     ));
-    assert!(!gather(b"data: not json\n\n: comment\n\n", &mut text));
 }
 
 /// A one-route HTTP server answering every POST with `answer`, after `delay_ms`; returns its
@@ -507,7 +543,11 @@ async fn webhooks_decide_and_fail_closed() {
     assert_eq!(hook.checks[0].data["responseData"]["score"], 1);
     let sent = seen.recv().await.unwrap();
     assert_eq!(sent["eventType"], "beforeRequestHook");
-    assert_eq!(sent["request"]["text"], "check me");
+    // The checked text is every turn: the system prompt too.
+    assert_eq!(
+        sent["request"]["text"],
+        "mail me at boss@corp.example\ncheck me"
+    );
     assert_eq!(sent["request"]["json"]["model"], "m");
 
     let (url, _) = webhook(200, r#"{"verdict": false}"#, 0).await;
@@ -550,7 +590,10 @@ async fn async_hooks_do_not_hold_or_refuse_the_request() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(sent["request"]["text"], "in the background");
+    assert_eq!(
+        sent["request"]["text"],
+        "mail me at boss@corp.example\nin the background"
+    );
     // Counted once it finished.
     for _ in 0..50 {
         let text = prometheus::TextEncoder::new()

@@ -1,34 +1,33 @@
 //! What text a check sees, and where a rewrite of it goes back.
 //!
 //! A request or answer body holds its text in several places (each message, each part of a
-//! multi-part message, each choice). [`Subject`] lists them as segments, each with the
-//! JSON pointer it came from, and marks which of them form the *checked text*: the one string
-//! most checks read.
+//! multi-part message, each choice, each tool call). [`Subject`] lists them as segments, each
+//! with the JSON pointer it came from; the *checked text* most checks read is all of them,
+//! joined with newlines. A stateless API lets a client write anything into "earlier" turns, so
+//! every turn is read, not only the last one.
 //!
-//! - **Chat completions and Anthropic messages (input)**: one segment per message content (a
-//!   plain string, or each `text` of a list of parts), plus Anthropic's top-level `system`.
-//!   The checked text is the **last user message** (its parts joined with a newline); without a
-//!   user message, the last message. Earlier turns were checked when they were sent.
-//! - **Embeddings and moderations (input)**: one segment per `input` string; the checked text
-//!   is all of them joined with newlines. Token-array inputs carry no text.
-//! - **Chat completions (output)**: one segment per choice's `message.content`; the checked text
-//!   is the first choice's.
+//! - **Chat completions and Anthropic messages (input)**: the system prompt (Anthropic's
+//!   top-level `system`), and for every message its content (a string, or each `text` of a
+//!   list of parts), the arguments of its tool calls (`tool_calls[].function.arguments`,
+//!   `function_call.arguments`), Anthropic's `tool_use` inputs and `tool_result` contents.
+//! - **Embeddings and moderations (input)**: one segment per `input` string. Token-array
+//!   inputs carry no text.
+//! - **Chat completions (output)**: every choice's `message.content` and the arguments of its
+//!   tool calls; **Anthropic messages (output)**: every `text` block and `tool_use` input.
 //!
-//! Checks that rewrite (PII redaction) read and rewrite every segment, so that no earlier turn
-//! or other choice keeps what the checked text had redacted.
+//! Checks that rewrite (PII redaction) rewrite every segment. A segment that was JSON rather
+//! than a string (a `tool_use` input) goes back only if the rewritten text is still JSON.
 
 use serde_json::Value;
 
 use plugin_sdk::Route;
 
-/// The texts of a body, where each lives, and which of them make up the checked text.
+/// The texts of a body, where each lives; the checked text is all of them.
 #[derive(Debug, Clone, Default)]
 pub struct Subject {
     /// Where each text lives, as a JSON pointer (`/messages/2/content/0/text`).
     pointers: Vec<String>,
     texts: Vec<String>,
-    /// Indexes of the checked text's segments, in order.
-    primary: Vec<usize>,
 }
 
 impl Subject {
@@ -41,20 +40,17 @@ impl Subject {
         }
     }
 
-    /// The texts of a `chat.completion` answer body.
+    /// The texts of an answer body: a `chat.completion`, or an Anthropic `message`.
     pub fn output(body: &Value) -> Subject {
         let mut subject = Subject::default();
-        let Some(choices) = body.get("choices").and_then(Value::as_array) else {
-            return subject;
-        };
-        for (i, choice) in choices.iter().enumerate() {
-            let before = subject.texts.len();
-            if let Some(content) = choice.get("message").and_then(|m| m.get("content")) {
-                subject.push_content(&format!("/choices/{i}/message/content"), content);
+        if let Some(choices) = body.get("choices").and_then(Value::as_array) {
+            for (i, choice) in choices.iter().enumerate() {
+                if let Some(message) = choice.get("message") {
+                    subject.push_message(&format!("/choices/{i}/message"), message);
+                }
             }
-            if i == 0 {
-                subject.primary = (before..subject.texts.len()).collect();
-            }
+        } else if let Some(content) = body.get("content") {
+            subject.push_content("/content", content);
         }
         subject
     }
@@ -65,7 +61,6 @@ impl Subject {
         Subject {
             pointers: vec![String::new()],
             texts: vec![text],
-            primary: vec![0],
         }
     }
 
@@ -74,27 +69,32 @@ impl Subject {
         if let Some(system) = body.get("system") {
             subject.push_content("/system", system);
         }
-        let Some(messages) = body.get("messages").and_then(Value::as_array) else {
-            return subject;
-        };
-        let mut last_user = None;
-        let mut last = None;
-        for (i, message) in messages.iter().enumerate() {
-            let before = subject.texts.len();
-            if let Some(content) = message.get("content") {
-                subject.push_content(&format!("/messages/{i}/content"), content);
+        if let Some(messages) = body.get("messages").and_then(Value::as_array) {
+            for (i, message) in messages.iter().enumerate() {
+                subject.push_message(&format!("/messages/{i}"), message);
             }
-            let range = before..subject.texts.len();
-            if message.get("role").and_then(Value::as_str) == Some("user") {
-                last_user = Some(range.clone());
-            }
-            last = Some(range);
         }
-        subject.primary = last_user
-            .or(last)
-            .map(Iterator::collect)
-            .unwrap_or_default();
         subject
+    }
+
+    /// A message's content and the arguments of its tool calls.
+    fn push_message(&mut self, pointer: &str, message: &Value) {
+        if let Some(content) = message.get("content") {
+            self.push_content(&format!("{pointer}/content"), content);
+        }
+        if let Some(calls) = message.get("tool_calls").and_then(Value::as_array) {
+            for (j, call) in calls.iter().enumerate() {
+                if let Some(args) = call.pointer("/function/arguments").and_then(Value::as_str) {
+                    self.push(format!("{pointer}/tool_calls/{j}/function/arguments"), args);
+                }
+            }
+        }
+        if let Some(args) = message
+            .pointer("/function_call/arguments")
+            .and_then(Value::as_str)
+        {
+            self.push(format!("{pointer}/function_call/arguments"), args);
+        }
     }
 
     fn inputs(body: &Value) -> Subject {
@@ -110,7 +110,6 @@ impl Subject {
             }
             _ => {}
         }
-        subject.primary = (0..subject.texts.len()).collect();
         subject
     }
 
@@ -119,14 +118,29 @@ impl Subject {
         self.texts.push(text.to_owned());
     }
 
-    /// Adds the texts of a message content: a string, or a list of parts with `text` strings.
+    /// Adds the texts of a message content: a string, or a list of parts: `text`s, Anthropic's
+    /// `tool_result` contents and `tool_use` inputs (as JSON text).
     fn push_content(&mut self, pointer: &str, content: &Value) {
         match content {
             Value::String(s) => self.push(pointer.to_owned(), s),
             Value::Array(parts) => {
                 for (j, part) in parts.iter().enumerate() {
+                    let at = format!("{pointer}/{j}");
                     if let Some(text) = part.get("text").and_then(Value::as_str) {
-                        self.push(format!("{pointer}/{j}/text"), text);
+                        self.push(format!("{at}/text"), text);
+                    }
+                    match part.get("type").and_then(Value::as_str) {
+                        Some("tool_result") => {
+                            if let Some(inner) = part.get("content") {
+                                self.push_content(&format!("{at}/content"), inner);
+                            }
+                        }
+                        Some("tool_use") => {
+                            if let Some(input) = part.get("input") {
+                                self.push(format!("{at}/input"), &input.to_string());
+                            }
+                        }
+                        _ => {}
                     }
                 }
             }
@@ -134,18 +148,9 @@ impl Subject {
         }
     }
 
-    /// The checked text: the primary segments joined with newlines.
+    /// The checked text: every segment, joined with newlines.
     pub fn text(&self) -> String {
-        let mut out = String::new();
-        for (n, &i) in self.primary.iter().enumerate() {
-            if n > 0 {
-                out.push('\n');
-            }
-            if let Some(s) = self.texts.get(i) {
-                out.push_str(s);
-            }
-        }
-        out
+        self.texts.join("\n")
     }
 
     /// Every segment's text, in order.
@@ -172,7 +177,11 @@ impl Subject {
                 continue;
             }
             if let Some(slot) = body.pointer_mut(pointer) {
-                *slot = Value::String(text.clone());
+                if slot.is_string() {
+                    *slot = Value::String(text.clone());
+                } else if let Ok(json) = serde_json::from_str::<Value>(text) {
+                    *slot = json;
+                }
             }
         }
     }
@@ -184,30 +193,45 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn the_last_user_message_is_the_checked_text_and_every_text_is_a_segment() {
+    fn every_turn_is_checked_and_every_text_is_a_segment() {
         let body = json!({"messages": [
             {"role": "system", "content": "be nice"},
             {"role": "user", "content": "first"},
-            {"role": "assistant", "content": "reply"},
+            {"role": "assistant", "content": "reply", "tool_calls": [
+                {"id": "c1", "type": "function",
+                 "function": {"name": "f", "arguments": "{\"to\":\"a@b.example\"}"}}]},
             {"role": "user", "content": [
                 {"type": "text", "text": "second"},
                 {"type": "image_url", "image_url": {"url": "x"}},
                 {"type": "text", "text": "third"}
             ]},
-            {"role": "tool", "content": "tool output", "tool_call_id": "t"}
+            {"role": "tool", "content": "tool output", "tool_call_id": "c1"}
         ]});
         let mut subject = Subject::input(Route::ChatCompletions, &body);
-        assert_eq!(subject.text(), "second\nthird");
-        assert_eq!(subject.texts().len(), 6);
-        assert_eq!(subject.pointers()[4], "/messages/3/content/2/text");
+        // A client may write anything into an "earlier" turn: all of them are read.
+        assert_eq!(
+            subject.text(),
+            "be nice\nfirst\nreply\n{\"to\":\"a@b.example\"}\nsecond\nthird\ntool output"
+        );
+        assert_eq!(subject.texts().len(), 7);
+        assert_eq!(
+            subject.pointers()[3],
+            "/messages/2/tool_calls/0/function/arguments"
+        );
+        assert_eq!(subject.pointers()[5], "/messages/3/content/2/text");
 
         let mut texts = subject.texts().to_vec();
         texts[1] = "FIRST".into();
-        texts[4] = "THIRD".into();
+        texts[3] = "{\"to\":\"[EMAIL]\"}".into();
+        texts[5] = "THIRD".into();
         subject.set_texts(texts);
         let mut rewritten = body.clone();
         subject.write_into(&mut rewritten);
         assert_eq!(rewritten["messages"][1]["content"], "FIRST");
+        assert_eq!(
+            rewritten["messages"][2]["tool_calls"][0]["function"]["arguments"],
+            "{\"to\":\"[EMAIL]\"}"
+        );
         assert_eq!(rewritten["messages"][3]["content"][2]["text"], "THIRD");
         assert_eq!(
             rewritten["messages"][3]["content"][1]["image_url"]["url"],
@@ -216,20 +240,43 @@ mod tests {
     }
 
     #[test]
-    fn without_a_user_message_the_last_message_is_checked() {
-        let body = json!({"system": "sys", "messages": [{"role": "assistant", "content": "only"}]});
-        let subject = Subject::input(Route::Messages, &body);
-        let blocks = json!({"system": [{"type": "text", "text": "s1"}], "messages": []});
+    fn anthropic_messages_with_their_tool_blocks() {
+        let body = json!({"system": [{"type": "text", "text": "s1"}], "messages": [
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "t1", "name": "lookup", "input": {"q": "secret plan"}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "found it"},
+                {"type": "text", "text": "and?"}]}
+        ]});
+        let mut subject = Subject::input(Route::Messages, &body);
         assert_eq!(
-            Subject::input(Route::Messages, &blocks).pointers(),
-            ["/system/0/text"]
+            subject.pointers(),
+            [
+                "/system/0/text",
+                "/messages/0/content/0/input",
+                "/messages/1/content/0/content",
+                "/messages/1/content/1/text"
+            ]
         );
-        assert_eq!(subject.text(), "only");
-        assert_eq!(subject.pointers()[0], "/system");
+        assert!(subject.text().contains("secret plan"), "{}", subject.text());
+        // A rewritten tool input goes back as JSON; one that is no longer JSON is left.
+        let mut texts = subject.texts().to_vec();
+        texts[1] = r#"{"q":"[REDACTED]"}"#.into();
+        subject.set_texts(texts);
+        let mut rewritten = body.clone();
+        subject.write_into(&mut rewritten);
+        assert_eq!(
+            rewritten["messages"][0]["content"][0]["input"],
+            json!({"q": "[REDACTED]"})
+        );
+        let answer = json!({"type": "message", "content": [
+            {"type": "text", "text": "hello"},
+            {"type": "tool_use", "id": "t2", "name": "f", "input": {"a": 1}}]});
+        assert_eq!(Subject::output(&answer).text(), "hello\n{\"a\":1}");
     }
 
     #[test]
-    fn embeddings_inputs_and_answers() {
+    fn embeddings_inputs_and_every_choice_of_answers() {
         let subject = Subject::input(Route::Embeddings, &json!({"input": ["a", "b"]}));
         assert_eq!(subject.text(), "a\nb");
         let subject = Subject::input(Route::Embeddings, &json!({"input": [1, 2]}));
@@ -241,11 +288,11 @@ mod tests {
         let answer = json!({"choices": [
             {"index": 0, "message": {"role": "assistant", "content": "one"}},
             {"index": 1, "message": {"role": "assistant", "content": "two"}},
-            {"index": 2, "message": {"role": "assistant", "content": null}}
+            {"index": 2, "message": {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "c", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}}
         ]});
         let subject = Subject::output(&answer);
-        assert_eq!(subject.text(), "one");
-        assert_eq!(subject.texts(), vec!["one", "two"]);
+        assert_eq!(subject.text(), "one\ntwo\n{}");
         assert_eq!(Subject::output(&json!({"x": 1})).text(), "");
     }
 }
