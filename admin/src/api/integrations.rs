@@ -803,6 +803,7 @@ pub async fn update(
         .configurations
         .unwrap_or_default()
         .check(&integration.ai_provider_id)?;
+    masks_are_not_credentials(&integration, body.key.as_ref(), &settings)?;
     if !ctx.principal.is_organisation_admin() {
         credentials_follow_the_host(&integration, &settings, body.key.is_some())?;
     }
@@ -821,6 +822,28 @@ pub async fn update(
         .update_integration(ctx.actor(), &integration, &changes)
         .await?;
     Ok(empty())
+}
+
+/// The masked value the API shows is not a credential: sent back as `key` (or as a secret
+/// setting) it would be stored as one. Leaving the field out keeps the stored secret.
+fn masks_are_not_credentials(
+    integration: &Integration,
+    key: Option<&Option<String>>,
+    settings: &CheckedSettings,
+) -> Result<()> {
+    let why = "is the masked value the API shows, not a credential: send the secret itself, or \
+        leave the field out to keep the stored one";
+    if let (Some(Some(sent)), Some(mask)) = (key, &integration.key_mask) {
+        if sent == mask {
+            return Err(AdminError::field("key", why));
+        }
+    }
+    for (name, value) in &settings.secret {
+        if value.is_some() && value.as_ref() == integration.secret_masks.get(name) {
+            return Err(AdminError::field(&format!("configurations.{name}"), why));
+        }
+    }
+    Ok(())
 }
 
 /// A new `custom_host` receives the integration's credentials with every request. Whoever

@@ -19,8 +19,12 @@
 //!
 //! Updates: a secret sent back as the mask the API showed keeps the stored secret (the one at
 //! the same pointer, else the one stored anywhere in the config under the same field name whose
-//! mask it is, when there is exactly one). A masked value that matches no stored secret is
-//! refused: a mask never becomes a credential.
+//! mask it is, when there is exactly one), as long as it still goes where it went: the same
+//! `provider`, the same `custom_host` (its node's or the nearest ancestor's) and the same
+//! `webhookURL`. Anyone who may update a config may not send a secret someone else entered to
+//! a host of their choosing (the same rule as an integration's `custom_host`). A masked value
+//! that matches no stored secret, or whose destination changed, is refused: a mask never
+//! becomes a credential, nor travels.
 
 use std::collections::BTreeMap;
 
@@ -255,22 +259,28 @@ pub fn unmask(mut sent: Value, current: &Value) -> Result<Value> {
         .filter_map(|p| current.pointer(&p).map(|v| (p, v.clone())))
         .collect();
     for pointer in pointers(&sent) {
+        let goes_to = destination(&sent, &pointer);
         let Some(slot) = sent.pointer_mut(&pointer) else {
             continue;
         };
         if !looks_masked(slot) {
             continue;
         }
-        let same_place = stored
-            .iter()
-            .find(|(p, v)| *p == pointer && mask_value(v) == *slot);
+        // Only a secret that would still go where it went before.
+        let same_place = stored.iter().find(|(p, v)| {
+            *p == pointer && mask_value(v) == *slot && destination(current, p) == goes_to
+        });
         let found = match same_place {
             Some((_, v)) => Some(v.clone()),
             None => {
                 let name = last_segment(&pointer);
                 let matches: Vec<&Value> = stored
                     .iter()
-                    .filter(|(p, v)| last_segment(p) == name && mask_value(v) == *slot)
+                    .filter(|(p, v)| {
+                        last_segment(p) == name
+                            && mask_value(v) == *slot
+                            && destination(current, p) == goes_to
+                    })
                     .map(|(_, v)| v)
                     .collect();
                 match matches.first() {
@@ -284,12 +294,38 @@ pub fn unmask(mut sent: Value, current: &Value) -> Result<Value> {
             None => {
                 return Err(AdminError::field(
                     &format!("config.{}", field_path(&pointer)),
-                    "is a masked value that matches no stored secret of this config: send the secret itself",
+                    "is a masked value that matches no stored secret of this config going to the \
+                     same provider and host: send the secret itself",
                 ))
             }
         }
     }
     Ok(sent)
+}
+
+/// Where the secret at `pointer` goes: the `provider` and `webhookURL` of the nearest object
+/// above it that names one, and the nearest `custom_host` on the way up (a node inherits its
+/// ancestors'). `Null` where there is none.
+fn destination(config: &Value, pointer: &str) -> [Value; 3] {
+    let mut out = [Value::Null, Value::Null, Value::Null];
+    let mut at = pointer;
+    while let Some(cut) = at.rfind('/') {
+        at = &at[..cut];
+        let Some(node) = config.pointer(at).and_then(Value::as_object) else {
+            continue;
+        };
+        for (slot, key) in out
+            .iter_mut()
+            .zip(["provider", "custom_host", "webhookURL"])
+        {
+            if slot.is_null() {
+                if let Some(v) = node.get(key) {
+                    *slot = v.clone();
+                }
+            }
+        }
+    }
+    out
 }
 
 fn last_segment(pointer: &str) -> &str {
@@ -418,11 +454,44 @@ mod tests {
         let err = unmask(json!({"targets": [{"api_key": "ab*******yz"}]}), &clear).unwrap_err();
         assert_eq!(
             err.message,
-            "config.targets[0].api_key: is a masked value that matches no stored secret of this config: send the secret itself"
+            "config.targets[0].api_key: is a masked value that matches no stored secret of this config going to the same provider and host: send the secret itself"
         );
         assert!(unmask(json!({"api_key": "*******"}), &Value::Null).is_err());
         // Two different stored secrets with the same mask elsewhere: ambiguous.
         let twins = json!({"targets": [{"api_key": "sk-aaaa-zz"}, {"api_key": "sk-bbbb-zz"}]});
         assert!(unmask(json!({"api_key": "sk*******zz"}), &twins).is_err());
+    }
+
+    #[test]
+    fn a_mask_does_not_take_its_secret_to_another_host_or_provider() {
+        let stored = json!({"strategy": {"mode": "fallback"}, "custom_host": "https://a.example/v1",
+            "targets": [{"provider": "openai", "api_key": "sk-entered-by-admin-42"}],
+            "before_request_hooks": [{"checks": [{"id": "default.webhook", "parameters": {
+                "webhookURL": "https://hook.example/", "headers": {"Authorization": "Bearer hook-secret-99"}}}]}]});
+        let shown = masked(&stored);
+        assert_eq!(unmask(shown.clone(), &stored).unwrap(), stored);
+        let refused = |change: &dyn Fn(&mut Value)| {
+            let mut sent = shown.clone();
+            change(&mut sent);
+            unmask(sent, &stored).unwrap_err().message
+        };
+        // Another host on the target, or on the group above it.
+        let e = refused(&|c| c["targets"][0]["custom_host"] = json!("https://evil.example/v1"));
+        assert!(e.starts_with("config.targets[0].api_key"), "{e}");
+        refused(&|c| c["custom_host"] = json!("https://evil.example/v1"));
+        // Another provider.
+        refused(&|c| c["targets"][0]["provider"] = json!("groq"));
+        // Moved under another group whose host differs.
+        refused(&|c| {
+            let target = c["targets"][0].clone();
+            c["targets"] = json!([{"custom_host": "https://evil.example/v1",
+                                   "strategy": {"mode": "fallback"}, "targets": [target]}]);
+        });
+        // A webhook's headers stay with its URL.
+        let e = refused(&|c| {
+            c["before_request_hooks"][0]["checks"][0]["parameters"]["webhookURL"] =
+                json!("https://evil.example/")
+        });
+        assert!(e.contains("headers"), "{e}");
     }
 }

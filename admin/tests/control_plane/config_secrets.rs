@@ -275,7 +275,75 @@ async fn versions_from_before_are_sealed_at_start(db: TestDb) {
     assert_eq!(store.seal_legacy_config_secrets().await.unwrap(), 0, "once");
 }
 
+/// A manager who may update a config cannot send the secret an admin entered to a host of
+/// their choosing by sending its mask back beside another host or provider.
+async fn a_mask_does_not_move_its_secret_to_another_host(db: TestDb) {
+    let app = app_with_key(db).await;
+    let ws = app.default_ws.clone();
+    let manager = app
+        .user(
+            "manager@example.com",
+            OrgRole::Member,
+            Some((&ws, WorkspaceRole::Manager)),
+        )
+        .await;
+    let (_, manager_key) = app
+        .user_key(&ws, &manager, &["configs.read", "configs.update"])
+        .await;
+    let entered = json!({"provider": "openai", "api_key": "sk-entered-by-an-admin-4242",
+                         "custom_host": "https://llm.example/v1"});
+    let (s, made) = app
+        .admin(
+            "POST",
+            "/v1/configs",
+            Some(json!({"name": "Admin's", "config": entered})),
+        )
+        .await;
+    assert_eq!(s, 200, "{made}");
+    let path = format!("/v1/configs/{}", made["id"].as_str().unwrap());
+    let (s, shown) = app.call("GET", &path, Some(&manager_key), None).await;
+    assert_eq!(s, 200, "{shown}");
+    let mask = shown["config"]["api_key"].clone();
+    assert_ne!(mask, "sk-entered-by-an-admin-4242");
+    for moved in [
+        json!({"provider": "openai", "api_key": mask, "custom_host": "https://attacker.example/v1"}),
+        json!({"provider": "groq", "api_key": mask, "custom_host": "https://llm.example/v1"}),
+        json!({"strategy": {"mode": "single"}, "custom_host": "https://attacker.example/v1",
+               "targets": [{"provider": "openai", "api_key": mask}]}),
+    ] {
+        let (s, b) = app
+            .call(
+                "PUT",
+                &path,
+                Some(&manager_key),
+                Some(json!({"config": moved})),
+            )
+            .await;
+        assert_eq!((s, code(&b)), (400, "AB01"), "{b}");
+        assert!(
+            b["data"]["message"].as_str().unwrap().contains("api_key"),
+            "{b}"
+        );
+    }
+    // Sent back where it was, the mask keeps the secret.
+    let (s, b) = app
+        .call(
+            "PUT",
+            &path,
+            Some(&manager_key),
+            Some(json!({"config": shown["config"]})),
+        )
+        .await;
+    assert_eq!(s, 200, "{b}");
+    let id = made["id"].as_str().unwrap();
+    assert_eq!(
+        app.store.published().current().config(id).unwrap()["api_key"],
+        "sk-entered-by-an-admin-4242"
+    );
+}
+
 crate::on_both_databases!(
     secrets_are_sealed_masked_and_served,
     versions_from_before_are_sealed_at_start,
+    a_mask_does_not_move_its_secret_to_another_host,
 );

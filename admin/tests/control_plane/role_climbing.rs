@@ -389,6 +389,19 @@ async fn a_host_change_needs_the_credentials_again(db: TestDb) {
         )
         .await;
     assert_eq!(s, 200, "{b}");
+    // The mask the API shows is not the key: sent back, it is refused (never stored).
+    let (_, shown) = app.admin("GET", &path, None).await;
+    let mut with_mask = elsewhere.clone();
+    with_mask["key"] = shown["masked_key"].clone();
+    assert!(
+        with_mask["key"].as_str().is_some_and(|m| m.contains('*')),
+        "{shown}"
+    );
+    let (s, b) = app
+        .call("PUT", &path, Some(&manager), Some(with_mask))
+        .await;
+    assert_eq!((s, code(&b)), (400, "AB01"), "{b}");
+    assert!(message(&b).starts_with("key: is the masked value"), "{b}");
     // With the key: done.
     let mut with_key = elsewhere.clone();
     with_key["key"] = json!("sk-managers-own-key-2");
