@@ -34,6 +34,15 @@ const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
 /// config: however a config nests groups and retries, one request cannot become a flood.
 pub const MAX_UPSTREAM_ATTEMPTS: u32 = 16;
 
+fn attempts_used() -> GatewayError {
+    GatewayError::new(
+        ErrorKind::UpstreamUnreachable,
+        format!(
+            "the request made {MAX_UPSTREAM_ATTEMPTS} upstream attempts, the most one request may make"
+        ),
+    )
+}
+
 /// Headers that providers define and clients may send; forwarded as they are.
 const PROVIDER_HEADERS: [HeaderName; 4] = [
     HeaderName::from_static("openai-organization"),
@@ -82,6 +91,11 @@ async fn run(gw: &Gateway, session: &mut Session, cx: &mut RequestCx) -> Result<
         }
         RoutePlan::Config(value) => {
             let config = RoutingConfig::parse_for_request(&value)?;
+            routing::check_saved_targets(
+                &config.root,
+                gw.providers.as_ref(),
+                cx.extensions.get::<plugin_sdk::Principal>(),
+            )?;
             let key = config_fingerprint(&value);
             let outcome = Box::pin(execute(
                 gw,
@@ -276,6 +290,9 @@ async fn try_with_retries(
     cx.response.retries = 0;
     cx.response.retries_exhausted = false;
     loop {
+        if cx.response.upstream_attempts >= MAX_UPSTREAM_ATTEMPTS {
+            return Err(attempts_used());
+        }
         cx.response.option_index = Some(node.path.clone());
         if let Some((_, key)) = &breaker {
             let (_, change) = gw.breakers.allow(key, Instant::now());
@@ -347,12 +364,7 @@ async fn call(
     timeout_ms: Option<u64>,
 ) -> Result<Outcome, GatewayError> {
     if cx.response.upstream_attempts >= MAX_UPSTREAM_ATTEMPTS {
-        return Err(GatewayError::new(
-            ErrorKind::UpstreamUnreachable,
-            format!(
-                "the request made {MAX_UPSTREAM_ATTEMPTS} upstream attempts, the most one request may make"
-            ),
-        ));
+        return Err(attempts_used());
     }
     cx.response.upstream_attempts += 1;
     if let Flow::Respond(r) = gw.pipeline.on_route(cx, &mut target).await? {

@@ -357,6 +357,28 @@ async fn one_request_makes_a_bounded_number_of_upstream_attempts() {
         .await
         .unwrap();
     assert!(resp.status().is_server_error(), "{}", resp.status());
+    // The target named is the last one tried: 11 calls on the first, 5 on the second.
+    assert_eq!(
+        resp.headers()["x-gw-last-used-option-index"],
+        "config.targets[1]"
+    );
+    assert_eq!(
+        env.mock.requests().len(),
+        gateway::llm::MAX_UPSTREAM_ATTEMPTS as usize
+    );
+
+    // Every saved provider a config names is checked before anything is sent: an unknown one
+    // in a later fallback target is a 400 at once, not after the first target was tried.
+    let config = json!({"strategy": {"mode": "fallback"},
+                        "targets": [{"provider": "@mock"}, {"provider": "@nobody"}]});
+    let resp = env
+        .gw_post("/v1/chat/completions")
+        .header("x-gw-config", config.to_string())
+        .json(&hello("hi"))
+        .send()
+        .await
+        .unwrap();
+    expect_error(resp, 400, Some("x-gw-config")).await;
     assert_eq!(
         env.mock.requests().len(),
         gateway::llm::MAX_UPSTREAM_ATTEMPTS as usize

@@ -317,6 +317,23 @@ async fn network_checks_from_requests_are_off_by_default() {
             .contains("egress policy"),
         "{body}"
     );
+    // A host name that resolves to loopback is refused by the client's resolver, and the
+    // result says so.
+    let mut cx = chat("hello");
+    cx.plan = Some(RoutePlan::Config(Arc::new(json!({
+        "before_request_hooks": [{"deny": true, "checks": [
+            {"id": "default.webhook", "parameters": {"webhookURL": "http://localhost:9/"}}
+        ]}]
+    }))));
+    let Flow::Respond(answer) = plugin.on_request(&mut cx).await.unwrap() else {
+        panic!("a failed deny check answers")
+    };
+    let body: Value = serde_json::from_slice(&answer.body).unwrap();
+    let error = body["hook_results"]["before_request_hooks"][0]["checks"][0]["error"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(error.contains("refused by the egress policy"), "{error}");
 }
 
 fn sse(events: &[Value]) -> Chunk {

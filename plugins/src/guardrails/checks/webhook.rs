@@ -35,6 +35,18 @@ use super::{params, Input, Outcome};
 use crate::guardrails::net::Net;
 use crate::guardrails::results::Side;
 
+/// An error with its causes (the egress policy's refusal is a cause of the client's error).
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
 /// The default and the largest timeout, in milliseconds.
 const DEFAULT_TIMEOUT_MS: u64 = 3000;
 const MAX_TIMEOUT_MS: u64 = 60_000;
@@ -140,7 +152,9 @@ impl Webhook {
                     about,
                 )
             }
-            Err(e) => return Outcome::error(format!("the webhook failed: {e}"), about),
+            Err(e) => {
+                return Outcome::error(format!("the webhook failed: {}", with_causes(&e)), about)
+            }
         };
         let status = answer.status();
         let bytes = match read_bounded(answer).await {
