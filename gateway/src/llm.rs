@@ -374,6 +374,12 @@ async fn call(
     target.fill_settings(&cx.gw.provider_settings.0);
     let resolved = routing::resolve(target, &gw.endpoints)?;
     cx.response.provider = Some(resolved.spec.id.to_owned());
+    // The model logs, metrics and prices name: Azure's `x-gw-azure-model-name` when given (a
+    // deployment's name says nothing of its model), else the one the answer reports.
+    cx.response.model = (resolved.spec.id == "azure-openai")
+        .then(|| resolved.target.setting("azure_model_name"))
+        .flatten()
+        .map(str::to_owned);
 
     let (mut upstream_request, path, call_info) = encode(cx, &resolved)?;
     let url_as_built = upstream_request.url.clone();
@@ -470,7 +476,9 @@ async fn deliver(
         return Err(e);
     }
     let decoded = providers::decode(&call, body)?;
-    cx.response.model = decoded.model;
+    if cx.response.model.is_none() {
+        cx.response.model = decoded.model;
+    }
     cx.response.usage = decoded.usage;
     if call.format != WireFormat::OpenAi {
         headers.insert(

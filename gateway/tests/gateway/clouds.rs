@@ -39,6 +39,39 @@ async fn azure_addresses_the_deployment_with_its_api_key() {
     assert_eq!(env.mock.request_count(), 1);
 }
 
+/// A deployment's name says nothing of its model: `x-gw-azure-model-name` is the model that
+/// logs, metrics and prices name, in whole answers and streams.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_azure_model_name_names_the_model() {
+    let env = env().await;
+    let mut stream = hi("my-deployment-alias");
+    stream["stream"] = json!(true);
+    for body in [hi("my-deployment-alias"), stream] {
+        let resp = request(&env, &AZURE, "/v1/chat/completions")
+            .header("x-gw-azure-model-name", "gpt-4o-mini")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        resp.text().await.unwrap();
+    }
+    let metrics = env.metrics().await;
+    let named = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("gw_requests_total{")
+                && l.contains("provider=\"azure-openai\"")
+                && l.contains("model=\"gpt-4o-mini\"")
+        })
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(named.ends_with(" 2"), "{named}");
+    assert!(
+        !metrics.contains("model=\"my-deployment-alias\""),
+        "{metrics}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gemini_takes_the_key_in_its_own_header() {
     let env = env().await;
