@@ -7,6 +7,10 @@ use crate::error::GatewayError;
 /// The most inputs one embeddings request may carry.
 pub const MAX_INPUTS: usize = 2048;
 
+/// The older embedding model the spec names, and the most tokens one of its inputs may hold.
+pub const OLDER_MODEL: &str = "text-embedding-ada-002";
+pub const OLDER_MODEL_MAX_TOKENS: usize = 8192;
+
 #[derive(Debug, Clone, Deserialize, Serialize)]
 pub struct EmbeddingsRequest {
     pub input: EmbeddingInput,
@@ -70,6 +74,23 @@ impl EmbeddingsRequest {
                 ),
             ));
         }
+        // Token arrays are counted exactly. Text would need the model's tokenizer, which the
+        // gateway does not carry: the provider counts it.
+        if self.model.as_deref() == Some(OLDER_MODEL) {
+            let longest = match &self.input {
+                EmbeddingInput::Tokens(t) => t.len(),
+                EmbeddingInput::TokenBatches(b) => b.iter().map(Vec::len).max().unwrap_or(0),
+                EmbeddingInput::Text(_) | EmbeddingInput::Texts(_) => 0,
+            };
+            if longest > OLDER_MODEL_MAX_TOKENS {
+                return Err(GatewayError::invalid_param(
+                    "input",
+                    format!(
+                        "an input of {OLDER_MODEL} holds at most {OLDER_MODEL_MAX_TOKENS} tokens, got {longest}"
+                    ),
+                ));
+            }
+        }
         if let Some(d) = self.dimensions {
             if d < 1 {
                 return Err(GatewayError::invalid_param(
@@ -128,6 +149,20 @@ mod tests {
         );
         assert_eq!(
             param_of(json!({"input": "x", "encoding_format": "int8"})),
+            None
+        );
+        let at_most: Vec<i64> = vec![1; 8192];
+        let over: Vec<i64> = vec![1; 8193];
+        let ada = |input: Value| json!({"model": "text-embedding-ada-002", "input": input});
+        assert_eq!(param_of(ada(json!(at_most))), None);
+        assert_eq!(param_of(ada(json!(over))).as_deref(), Some("input"));
+        assert_eq!(
+            param_of(ada(json!([at_most, over]))).as_deref(),
+            Some("input")
+        );
+        // Newer models are the provider's to bound.
+        assert_eq!(
+            param_of(json!({"model": "text-embedding-3-small", "input": over})),
             None
         );
         assert_eq!(
