@@ -487,13 +487,16 @@ fn top_level_issues(json: &Value) -> Vec<ConfigIssue> {
 /// The pipeline used when the file has none: the same as `configs/gateway.yaml`'s. Requests
 /// are authenticated, routed, limited, budgeted, cached, logged (to the database and as a
 /// tracing line) and metered; each plugin with its defaults.
-pub const DEFAULT_PIPELINE: [&str; 8] = [
+pub const DEFAULT_PIPELINE: [&str; 9] = [
     "log_store",
     "auth",
     "provider_select",
     "rate_limit",
     "usage_limit",
     "cache",
+    // After the cache: answers are stored only once the output checks passed (responses run
+    // the pipeline in reverse), and a refused answer is never stored.
+    "guardrails",
     "request_log",
     "metrics",
 ];

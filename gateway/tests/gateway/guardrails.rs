@@ -582,3 +582,41 @@ async fn checks_read_every_turn_and_the_messages_route() {
     );
     assert_eq!(env.mock.request_count(), 1);
 }
+
+/// The default pipeline runs `guardrails`: a request's own hooks are enforced with no YAML
+/// change, and a workspace whose default guardrails name a hook the gateway lacks is refused
+/// rather than served unguarded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_pipeline_enforces_hooks() {
+    let env = Env::start().await;
+    let config = json!({"provider": "@mock", "before_request_hooks": [{"id": "no-secrets",
+        "deny": true, "checks": [{"id": "default.contains",
+        "parameters": {"words": ["secret"], "operator": "none"}}]}]});
+    let resp = env
+        .gw_post("/v1/chat/completions")
+        .header("x-gw-config", config.to_string())
+        .json(&hello("the secret"))
+        .send()
+        .await
+        .unwrap();
+    let (status, body) = json_of(resp).await;
+    assert_eq!(status, 446, "{body}");
+    assert_eq!(env.mock.request_count(), 0);
+    // No hook applies: the request goes through.
+    assert_eq!(env.chat(hello("hi")).await.status(), 200);
+
+    let ws = env.default_workspace().await;
+    let (status, body) = env
+        .admin_call(
+            reqwest::Method::PUT,
+            &format!("/v1/admin/workspaces/{ws}"),
+            Some(crate::common::ADMIN_KEY),
+            Some(json!({"defaults": {"input_guardrails": ["not-in-the-library"]}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (key, _) = env.workspace_key(&ws, json!({})).await;
+    let resp = env.chat_as(&key, &hello("hi"), &[]).await;
+    assert_eq!(resp.status(), 500);
+    assert_eq!(env.mock.request_count(), 1);
+}
