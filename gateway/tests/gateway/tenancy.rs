@@ -236,6 +236,16 @@ async fn a_saved_providers_key_goes_only_to_its_saved_host() {
     assert!(env.mock.requests().is_empty());
 }
 
+/// A chat with the admin key, routed by `config`.
+async fn with_config(env: &Env, config: &Value) -> reqwest::Response {
+    env.gw_post("/v1/chat/completions")
+        .header("x-gw-config", config.to_string())
+        .json(&hello("hi"))
+        .send()
+        .await
+        .unwrap()
+}
+
 /// A custom host on loopback at the second mock's port: not trusted (the YAML trusts only the
 /// first mock's host and port).
 async fn via_host(env: &Env, host: &str) -> reqwest::Response {
@@ -291,13 +301,7 @@ async fn hosts_that_requests_name_may_not_be_internal() {
     expect_error(resp, 403, None).await;
     let config = json!({"provider": "openai", "api_key": "k",
                         "custom_host": format!("http://localhost:{port}/v1")});
-    let resp = env
-        .gw_post("/v1/chat/completions")
-        .header("x-gw-config", config.to_string())
-        .json(&hello("hi"))
-        .send()
-        .await
-        .unwrap();
+    let resp = with_config(&env, &config).await;
     expect_error(resp, 403, None).await;
     assert!(internal.requests().is_empty(), "nothing was sent");
 }
@@ -349,13 +353,7 @@ async fn one_request_makes_a_bounded_number_of_upstream_attempts() {
     // Three targets of eleven attempts each would be 33 calls.
     let config = json!({"strategy": {"mode": "fallback"},
                         "targets": [target, target, target]});
-    let resp = env
-        .gw_post("/v1/chat/completions")
-        .header("x-gw-config", config.to_string())
-        .json(&hello("hi"))
-        .send()
-        .await
-        .unwrap();
+    let resp = with_config(&env, &config).await;
     assert!(resp.status().is_server_error(), "{}", resp.status());
     // The target named is the last one tried: 11 calls on the first, 5 on the second.
     assert_eq!(
@@ -371,13 +369,7 @@ async fn one_request_makes_a_bounded_number_of_upstream_attempts() {
     // in a later fallback target is a 400 at once, not after the first target was tried.
     let config = json!({"strategy": {"mode": "fallback"},
                         "targets": [{"provider": "@mock"}, {"provider": "@nobody"}]});
-    let resp = env
-        .gw_post("/v1/chat/completions")
-        .header("x-gw-config", config.to_string())
-        .json(&hello("hi"))
-        .send()
-        .await
-        .unwrap();
+    let resp = with_config(&env, &config).await;
     expect_error(resp, 400, Some("x-gw-config")).await;
     assert_eq!(
         env.mock.requests().len(),
