@@ -371,15 +371,18 @@ async fn call(
         Box::pin(respond::plugin(session, cx, r)).await;
         return Ok(Outcome::Done);
     }
+    // The model logs, metrics and prices name: an Azure target's `azure_model_name` when its
+    // saved provider or config sets one (a deployment's name says nothing of its model), else
+    // the one the answer reports. Not the request's own header: a client must not rename a
+    // priced model into an unpriced one.
+    let azure_model = (target.provider == "azure-openai")
+        .then(|| target.setting("azure_model_name"))
+        .flatten()
+        .map(str::to_owned);
     target.fill_settings(&cx.gw.provider_settings.0);
     let resolved = routing::resolve(target, &gw.endpoints)?;
     cx.response.provider = Some(resolved.spec.id.to_owned());
-    // The model logs, metrics and prices name: Azure's `x-gw-azure-model-name` when given (a
-    // deployment's name says nothing of its model), else the one the answer reports.
-    cx.response.model = (resolved.spec.id == "azure-openai")
-        .then(|| resolved.target.setting("azure_model_name"))
-        .flatten()
-        .map(str::to_owned);
+    cx.response.model = azure_model;
 
     let (mut upstream_request, path, call_info) = encode(cx, &resolved)?;
     let url_as_built = upstream_request.url.clone();

@@ -207,8 +207,15 @@ impl ProxyHttp for GatewayProxy {
                 | pingora::ErrorType::ConnectTimedout
                 | pingora::ErrorType::TLSHandshakeTimedout
         );
+        // A 408 when the request's own timeout ran out; the gateway's shorter read or connect
+        // timeout firing first is its own 504.
+        let request_timed_out = |cx: &RequestCx| {
+            cx.gw
+                .request_timeout_ms
+                .filter(|ms| cx.started.elapsed() >= std::time::Duration::from_millis(*ms))
+        };
         let err = ctx.failure.take().unwrap_or_else(|| {
-            match ctx.cx.as_ref().and_then(|cx| cx.gw.request_timeout_ms) {
+            match ctx.cx.as_deref().and_then(request_timed_out) {
                 Some(ms) if timed_out => crate::llm::request_timeout(ms),
                 _ => pingora_failure(e),
             }

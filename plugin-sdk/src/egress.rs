@@ -2,7 +2,9 @@
 //! the control plane named (a custom host, an integration's host, a webhook or URL check).
 //!
 //! Hosts the operator wrote in the YAML file (provider base URLs, saved providers' hosts, the
-//! JWKS URL) and the provider table's own hosts are trusted. Every other host is checked on the
+//! JWKS URL) are trusted. Every other host, the provider table's own included (a cloud's
+//! private endpoint resolves them to private addresses; `ollama` is on `localhost`), is
+//! checked on the
 //! address it resolved to, the one the connection then uses (so a name that resolves to a
 //! public address once and to an internal one later cannot slip through): internal addresses
 //! (loopback, private, link-local, shared CGNAT space, unspecified, multicast, broadcast, and
@@ -148,6 +150,9 @@ fn is_internal_v4(ip: Ipv4Addr) -> bool {
         || ip.is_broadcast()
         || a == 0
         || (a == 100 && (64..128).contains(&b))
+        // IETF protocol assignments (192.0.0/24) and benchmarking (198.18/15).
+        || (a == 192 && b == 0 && ip.octets()[2] == 0)
+        || (a == 198 && (18..20).contains(&b))
         // 240/4 is reserved; nothing a provider lives on.
         || a >= 240
 }
@@ -167,9 +172,18 @@ fn is_internal_v6(ip: Ipv6Addr) -> bool {
     if seg[..5].iter().all(|&s| s == 0) && (seg[5] == 0xffff || seg[5] == 0) {
         return is_internal_v4(embedded(seg[6], seg[7]));
     }
-    // NAT64 64:ff9b::a.b.c.d.
-    if seg[0] == 0x64 && seg[1] == 0xff9b && seg[2..6].iter().all(|&s| s == 0) {
+    // SIIT ::ffff:0:a.b.c.d.
+    if seg[..4].iter().all(|&s| s == 0) && seg[4] == 0xffff && seg[5] == 0 {
         return is_internal_v4(embedded(seg[6], seg[7]));
+    }
+    // NAT64 64:ff9b::a.b.c.d, and the local-use 64:ff9b:1::/48.
+    if seg[0] == 0x64 && seg[1] == 0xff9b {
+        if seg[2] == 1 {
+            return true;
+        }
+        if seg[2..6].iter().all(|&s| s == 0) {
+            return is_internal_v4(embedded(seg[6], seg[7]));
+        }
     }
     // 6to4 2002:aabb:ccdd::.
     if seg[0] == 0x2002 {
@@ -222,6 +236,11 @@ mod tests {
             "::ffff:10.0.0.1",
             "::127.0.0.1",
             "64:ff9b::a9fe:a9fe",
+            "64:ff9b:1::1",
+            "::ffff:0:7f00:1",
+            "192.0.0.8",
+            "198.18.0.1",
+            "198.19.255.255",
             "2002:7f00:1::",
         ] {
             assert!(internal(ip), "{ip} is internal");
@@ -233,6 +252,8 @@ mod tests {
             "100.128.0.0",
             "172.32.0.1",
             "169.253.0.1",
+            "192.0.2.1",
+            "198.20.0.1",
             "2606:4700::1111",
             "::ffff:8.8.8.8",
             "2002:0808:0808::",

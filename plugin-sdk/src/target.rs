@@ -104,3 +104,48 @@ pub enum RoutePlan {
     /// A routing config object (way 3): inline JSON or a saved config, validated by the router.
     Config(Arc<Value>),
 }
+
+/// The slugs of the saved providers a routing config names (`provider: "@slug"`,
+/// `virtual_key: "slug"`), at any depth of its `targets`, read from the raw JSON so that they
+/// can be checked before anything else looks at the request.
+pub fn saved_slugs(config: &Value) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut stack = vec![config];
+    while let Some(node) = stack.pop() {
+        if let Some(slug) = node
+            .get("provider")
+            .and_then(Value::as_str)
+            .and_then(|p| p.strip_prefix('@'))
+        {
+            out.push(slug);
+        }
+        if let Some(slug) = node.get("virtual_key").and_then(Value::as_str) {
+            out.push(slug);
+        }
+        if let Some(targets) = node.get("targets").and_then(Value::as_array) {
+            stack.extend(targets);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn saved_slugs_are_found_at_any_depth() {
+        let config = serde_json::json!({"strategy": {"mode": "fallback"}, "targets": [
+            {"provider": "@a"},
+            {"strategy": {"mode": "loadbalance"}, "targets": [
+                {"virtual_key": "b"}, {"provider": "openai", "api_key": "k"},
+                {"targets": [{"provider": "@c"}]}]}]});
+        let mut slugs = saved_slugs(&config);
+        slugs.sort_unstable();
+        assert_eq!(slugs, ["a", "b", "c"]);
+        assert_eq!(
+            saved_slugs(&serde_json::json!({"provider": "@top"})),
+            ["top"]
+        );
+    }
+}

@@ -133,6 +133,18 @@ impl ProviderSelect {
                     )
                 })?
             };
+            // Every saved provider the config names, before any other plugin reads the plan
+            // (a limit counted against another workspace's provider would tell it exists).
+            if let Some(slug) = plugin_sdk::target::saved_slugs(&config)
+                .into_iter()
+                .find(|slug| self.providers.provider_for(slug, who).is_none())
+            {
+                return Err(GatewayError::invalid_param(
+                    GwHeader::CONFIG.primary,
+                    format!("no saved provider has the slug {slug:?}"),
+                )
+                .with_code("AB01"));
+            }
             return Ok(RoutePlan::Config(config));
         }
 
@@ -192,6 +204,17 @@ mod tests {
     struct Saved;
     impl ProviderStore for Saved {
         fn provider(&self, slug: &str) -> Option<Arc<ProviderRecord>> {
+            if slug == "theirs" {
+                return Some(Arc::new(ProviderRecord {
+                    slug: "theirs".into(),
+                    provider: "openai".into(),
+                    owner: Some(plugin_sdk::store::Owner {
+                        organisation_id: "org".into(),
+                        workspace_id: "ws-b".into(),
+                    }),
+                    ..ProviderRecord::default()
+                }));
+            }
             (slug == "prod").then(|| {
                 Arc::new(ProviderRecord {
                     slug: "prod".into(),
@@ -229,6 +252,45 @@ mod tests {
             configs: Arc::new(Saved),
         };
         p.plan(&cx)
+    }
+
+    /// Another workspace's provider, named anywhere in a config, is refused as an unknown one
+    /// before any later plugin (a rate limit, a budget) reads the plan.
+    #[test]
+    fn a_config_naming_another_workspaces_provider_is_refused_at_once() {
+        let mut cx = RequestCx::new(
+            "t".into(),
+            Route::ChatCompletions,
+            http::Method::POST,
+            "/".into(),
+        );
+        let nested = r#"{"strategy":{"mode":"fallback"},"targets":[{"provider":"@prod"},
+            {"targets":[{"provider":"@theirs"}]}]}"#;
+        cx.headers
+            .insert("x-gw-config", nested.replace('\n', " ").parse().unwrap());
+        cx.gw = GwHeaders::parse(&cx.headers).unwrap();
+        cx.extensions.insert(plugin_sdk::Principal {
+            method: plugin_sdk::access::AuthMethod::Jwt,
+            organisation_id: Some("org".into()),
+            workspace_id: Some("ws-a".into()),
+            api_key_id: None,
+            user_id: None,
+            scopes: Vec::new(),
+            rate_limits: Vec::new(),
+            budgets: Vec::new(),
+        });
+        let p = ProviderSelect {
+            providers: Arc::new(Saved),
+            configs: Arc::new(Saved),
+        };
+        let err = p.plan(&cx).unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("x-gw-config"));
+        assert_eq!(err.message, "no saved provider has the slug \"theirs\"");
+        // The owner's workspace may.
+        if let Some(who) = cx.extensions.get_mut::<plugin_sdk::Principal>() {
+            who.workspace_id = Some("ws-b".into());
+        }
+        assert!(p.plan(&cx).is_ok());
     }
 
     fn single(plan: RoutePlan) -> Target {

@@ -857,11 +857,12 @@ fn credentials_follow_the_host(
     settings: &CheckedSettings,
     key_sent: bool,
 ) -> Result<()> {
-    let new_host = match settings.plain.get("custom_host") {
-        Some(Some(host)) => host,
-        _ => return Ok(()),
-    };
-    if integration.settings.get("custom_host") == Some(new_host) {
+    // `custom_host`, and the Azure resource, which names a host any Azure customer can own
+    // (`{resource}.openai.azure.com`). Other settings keep the key on the provider's own hosts.
+    let moved = ["custom_host", "azure_resource_name"].iter().any(|name| {
+        matches!(settings.plain.get(*name), Some(Some(new)) if integration.settings.get(*name) != Some(new))
+    });
+    if !moved {
         return Ok(());
     }
     let why = "changing custom_host sends the integration's stored credentials to the new \

@@ -303,21 +303,25 @@ pub fn unmask(mut sent: Value, current: &Value) -> Result<Value> {
     Ok(sent)
 }
 
-/// Where the secret at `pointer` goes: the `provider` and `webhookURL` of the nearest object
-/// above it that names one, and the nearest `custom_host` on the way up (a node inherits its
-/// ancestors'). `Null` where there is none.
-fn destination(config: &Value, pointer: &str) -> [Value; 3] {
-    let mut out = [Value::Null, Value::Null, Value::Null];
+/// Where the secret at `pointer` goes: the `provider`, `webhookURL` and Azure resource of the
+/// nearest object above it that names one, and the nearest `custom_host` on the way up (a node
+/// inherits its ancestors'). `Null` where there is none.
+fn destination(config: &Value, pointer: &str) -> [Value; 4] {
+    let mut out = [Value::Null, Value::Null, Value::Null, Value::Null];
     let mut at = pointer;
     while let Some(cut) = at.rfind('/') {
         at = &at[..cut];
         let Some(node) = config.pointer(at).and_then(Value::as_object) else {
             continue;
         };
-        for (slot, key) in out
-            .iter_mut()
-            .zip(["provider", "custom_host", "webhookURL"])
-        {
+        let keys = [
+            "provider",
+            "custom_host",
+            "webhookURL",
+            // `{resource}.openai.azure.com`: a host any Azure customer can own.
+            "azure_resource_name",
+        ];
+        for (slot, key) in out.iter_mut().zip(keys) {
             if slot.is_null() {
                 if let Some(v) = node.get(key) {
                     *slot = v.clone();
@@ -479,8 +483,9 @@ mod tests {
         let e = refused(&|c| c["targets"][0]["custom_host"] = json!("https://evil.example/v1"));
         assert!(e.starts_with("config.targets[0].api_key"), "{e}");
         refused(&|c| c["custom_host"] = json!("https://evil.example/v1"));
-        // Another provider.
+        // Another provider, or another Azure resource (a host any Azure customer can own).
         refused(&|c| c["targets"][0]["provider"] = json!("groq"));
+        refused(&|c| c["targets"][0]["azure_resource_name"] = json!("attackers-resource"));
         // Moved under another group whose host differs.
         refused(&|c| {
             let target = c["targets"][0].clone();

@@ -389,6 +389,30 @@ async fn a_host_change_needs_the_credentials_again(db: TestDb) {
         )
         .await;
     assert_eq!(s, 200, "{b}");
+    // An Azure integration's resource names its host (`{resource}.openai.azure.com`, which any
+    // Azure customer can own): moving it needs the key too.
+    let (s, azure) = app
+        .admin(
+            "POST",
+            "/v1/integrations",
+            Some(json!({"name": "Azure", "ai_provider_id": "azure-openai",
+                "key": "az-org-admin-secret-1", "workspace_id": p.ws,
+                "create_default_provider": false,
+                "configurations": {"azure_resource_name": "ours", "azure_deployment_id": "d"}})),
+        )
+        .await;
+    assert_eq!(s, 200, "{azure}");
+    let azure_path = format!("/v1/integrations/{}", azure["slug"].as_str().unwrap());
+    let (s, b) = app
+        .call(
+            "PUT",
+            &azure_path,
+            Some(&manager),
+            Some(json!({"configurations": {"azure_resource_name": "theirs"}})),
+        )
+        .await;
+    assert_eq!((s, code(&b)), (400, "AB01"), "{b}");
+    assert!(message(&b).starts_with("key: "), "{b}");
     // The mask the API shows is not the key: sent back, it is refused (never stored).
     let (_, shown) = app.admin("GET", &path, None).await;
     let mut with_mask = elsewhere.clone();

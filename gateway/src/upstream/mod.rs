@@ -246,8 +246,32 @@ pub(crate) fn describe(e: &pingora::Error) -> String {
     match e.etype() {
         ConnectTimedout | ConnectRefused | ConnectNoRoute | ConnectError | TLSHandshakeFailure
         | TLSHandshakeTimedout => connect_failure(e),
-        _ => e.to_string(),
+        // Reads and writes of an open connection: their context says what was being done.
+        ReadError | ReadTimedout | WriteError | WriteTimedout | ConnectionClosed
+        | InvalidHTTPHeader | H1Error | InvalidH2 | H2Error => e.to_string(),
+        // Anything else (a failed bind or socket setup, say) may name the address it tried:
+        // its kind and its underlying cause only.
+        _ => match root_io_cause(e) {
+            Some(io) => format!("{}: {io}", e.etype().as_str()),
+            None => e.etype().as_str().to_owned(),
+        },
     }
+}
+
+/// The operating system's error under a Pingora error, if there is one (its text names no
+/// address).
+fn root_io_cause(e: &pingora::Error) -> Option<&std::io::Error> {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = e.cause.as_deref().map(|c| c as _);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            return Some(io);
+        }
+        cause = match c.downcast_ref::<pingora::Error>() {
+            Some(p) => p.cause.as_deref().map(|c| c as _),
+            None => c.source(),
+        };
+    }
+    None
 }
 
 /// A short reason for a failed connection, without Pingora's internal context.

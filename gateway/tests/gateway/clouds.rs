@@ -39,16 +39,23 @@ async fn azure_addresses_the_deployment_with_its_api_key() {
     assert_eq!(env.mock.request_count(), 1);
 }
 
-/// A deployment's name says nothing of its model: `x-gw-azure-model-name` is the model that
-/// logs, metrics and prices name, in whole answers and streams.
+/// A deployment's name says nothing of its model: an Azure target's `azure_model_name` (on its
+/// saved provider or config) is the model that logs, metrics and prices name, in whole answers
+/// and streams. A request's own `x-gw-azure-model-name` does not rename the answer's model: a
+/// client must not turn a priced model into an unpriced one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_azure_model_name_names_the_model() {
     let env = env().await;
+    let config = json!({"provider": "azure-openai", "api_key": "azure-key",
+        "azure_resource_name": "myresource", "azure_deployment_id": "dep-1",
+        "azure_model_name": "gpt-4o-mini"});
     let mut stream = hi("my-deployment-alias");
     stream["stream"] = json!(true);
     for body in [hi("my-deployment-alias"), stream] {
-        let resp = request(&env, &AZURE, "/v1/chat/completions")
-            .header("x-gw-azure-model-name", "gpt-4o-mini")
+        let resp = env
+            .client
+            .post(env.url("/v1/chat/completions"))
+            .header("x-gw-config", config.to_string())
             .json(&body)
             .send()
             .await
@@ -56,6 +63,13 @@ async fn the_azure_model_name_names_the_model() {
         assert_eq!(resp.status(), 200);
         resp.text().await.unwrap();
     }
+    let resp = request(&env, &AZURE, "/v1/chat/completions")
+        .header("x-gw-azure-model-name", "a-model-nobody-prices")
+        .json(&hi("gpt-4o"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
     let metrics = env.metrics().await;
     let named = metrics
         .lines()
@@ -70,6 +84,7 @@ async fn the_azure_model_name_names_the_model() {
         !metrics.contains("model=\"my-deployment-alias\""),
         "{metrics}"
     );
+    assert!(!metrics.contains("a-model-nobody-prices"), "{metrics}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

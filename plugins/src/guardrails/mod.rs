@@ -487,7 +487,11 @@ impl Plugin for Guardrails {
             let end = if anthropic {
                 gather_anthropic(&chunk.data, &mut state.text)
             } else {
-                gather(&chunk.data, &mut state.text, &mut state.choices)
+                let choices = match &cx.request {
+                    LlmRequest::Chat(chat) => chat.n.unwrap_or(1).max(1) as usize,
+                    _ => 1,
+                };
+                gather(&chunk.data, &mut state.text, &mut state.choices, choices)
             };
             if end {
                 state.done = true;
@@ -554,8 +558,14 @@ fn data_lines(events: &[u8]) -> impl Iterator<Item = &[u8]> {
 
 /// Adds what every choice says in some `chat.completion.chunk` events (content and tool-call
 /// argument deltas) to `text`; `choices` tracks which choices have finished. True when the
-/// stream's answer is complete: `[DONE]`, or every choice seen has a `finish_reason`.
-fn gather(events: &[u8], text: &mut String, choices: &mut Vec<(u64, bool)>) -> bool {
+/// stream's answer is complete: `[DONE]`, or all `expected` choices (the request's `n`) have a
+/// `finish_reason`.
+fn gather(
+    events: &[u8],
+    text: &mut String,
+    choices: &mut Vec<(u64, bool)>,
+    expected: usize,
+) -> bool {
     let mut end = false;
     for data in data_lines(events) {
         if data == b"[DONE]" {
@@ -588,7 +598,7 @@ fn gather(events: &[u8], text: &mut String, choices: &mut Vec<(u64, bool)>) -> b
             }
         }
     }
-    end || (!choices.is_empty() && choices.iter().all(|(_, done)| *done))
+    end || (choices.len() >= expected && choices.iter().all(|(_, done)| *done))
 }
 
 /// The parts of an Anthropic stream event that the checks read.

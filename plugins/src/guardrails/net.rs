@@ -24,6 +24,8 @@ impl Net {
         let egress = Arc::new(egress);
         let http = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
+            // A proxy from the environment would resolve names itself, past the policy.
+            .no_proxy()
             .dns_resolver(Arc::new(EgressResolver(egress.clone())))
             .build()
             .map_err(|e| format!("cannot build the HTTP client of network checks: {e}"))?;

@@ -447,25 +447,30 @@ fn deltas_of_every_choice_and_tool_call_are_gathered() {
             {"index": 0, "function": {"arguments": "{\"x\":"}}]}}]}),
         delta("b"),
     ]);
-    assert!(!gather(&chunk.data, &mut text, &mut choices));
+    assert!(!gather(&chunk.data, &mut text, &mut choices, 2));
     assert_eq!(text, "aB{\"x\":b");
     // One choice finishing does not end the answer while another goes on.
     let first_done =
         sse(&[json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})]);
-    assert!(!gather(&first_done.data, &mut text, &mut choices));
+    assert!(!gather(&first_done.data, &mut text, &mut choices, 2));
     let second_done =
         sse(&[json!({"choices": [{"index": 1, "delta": {}, "finish_reason": "stop"}]})]);
-    assert!(gather(&second_done.data, &mut text, &mut choices));
+    assert!(gather(&second_done.data, &mut text, &mut choices, 2));
+    // With n = 2, the first choice finishing before the second appears is not the end.
+    let mut early = Vec::new();
+    assert!(!gather(&first_done.data, &mut text, &mut early, 2));
     let mut fresh = Vec::new();
     assert!(gather(
         b"data: {\"choices\": []}\n\ndata: [DONE]\n\n",
         &mut text,
-        &mut fresh
+        &mut fresh,
+        1
     ));
     assert!(!gather(
         b"data: not json\n\n: comment\n\n",
         &mut text,
-        &mut Vec::new()
+        &mut Vec::new(),
+        1
     ));
 }
 

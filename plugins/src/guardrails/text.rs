@@ -16,7 +16,8 @@
 //!   tool calls; **Anthropic messages (output)**: every `text` block and `tool_use` input.
 //!
 //! Checks that rewrite (PII redaction) rewrite every segment. A segment that was JSON rather
-//! than a string (a `tool_use` input) goes back only if the rewritten text is still JSON.
+//! than a string (a `tool_use` input) goes back as JSON when the rewrite still is, else as the
+//! rewritten text: the original never goes through unredacted.
 
 use serde_json::Value;
 
@@ -177,11 +178,13 @@ impl Subject {
                 continue;
             }
             if let Some(slot) = body.pointer_mut(pointer) {
-                if slot.is_string() {
-                    *slot = Value::String(text.clone());
-                } else if let Ok(json) = serde_json::from_str::<Value>(text) {
-                    *slot = json;
-                }
+                // A JSON slot (a tool input) takes the rewritten JSON; a rewrite that is no
+                // longer JSON goes in as text rather than letting the original through.
+                *slot = match slot {
+                    Value::String(_) => Value::String(text.clone()),
+                    _ => serde_json::from_str::<Value>(text)
+                        .unwrap_or_else(|_| Value::String(text.clone())),
+                };
             }
         }
     }
@@ -259,7 +262,7 @@ mod tests {
             ]
         );
         assert!(subject.text().contains("secret plan"), "{}", subject.text());
-        // A rewritten tool input goes back as JSON; one that is no longer JSON is left.
+        // A rewritten tool input goes back as JSON.
         let mut texts = subject.texts().to_vec();
         texts[1] = r#"{"q":"[REDACTED]"}"#.into();
         subject.set_texts(texts);
@@ -268,6 +271,15 @@ mod tests {
         assert_eq!(
             rewritten["messages"][0]["content"][0]["input"],
             json!({"q": "[REDACTED]"})
+        );
+        // One that is no longer JSON goes in as text: never the original.
+        let mut texts = subject.texts().to_vec();
+        texts[1] = r#"{"phone": [PHONE]}"#.into();
+        subject.set_texts(texts);
+        subject.write_into(&mut rewritten);
+        assert_eq!(
+            rewritten["messages"][0]["content"][0]["input"],
+            r#"{"phone": [PHONE]}"#
         );
         let answer = json!({"type": "message", "content": [
             {"type": "text", "text": "hello"},

@@ -425,7 +425,7 @@ impl RateLimiter {
         let subject = Subject::of(cx);
         // The saved provider that provider selection named (`virtual_key` is its slug).
         if let Some(slug) = subject.virtual_key {
-            self.push_provider(&mut out, slug);
+            self.push_provider(&mut out, slug, cx.extensions.get::<Principal>());
         }
         let Some(workspace) = subject.workspace_id else {
             return out;
@@ -453,8 +453,8 @@ impl RateLimiter {
     }
 
     /// Adds the own limits of the saved provider `slug`, if the provider store knows it.
-    fn push_provider(&self, out: &mut Applicable, slug: &str) {
-        let Some(record) = self.providers.provider(slug) else {
+    fn push_provider(&self, out: &mut Applicable, slug: &str, who: Option<&Principal>) {
+        let Some(record) = self.providers.provider_for(slug, who) else {
             return;
         };
         for (i, limit) in record.rate_limits.iter().enumerate() {
@@ -629,7 +629,7 @@ impl Plugin for RateLimiter {
             return Ok(Flow::Continue);
         }
         let mut applicable = Applicable::default();
-        self.push_provider(&mut applicable, slug);
+        self.push_provider(&mut applicable, slug, cx.extensions.get::<Principal>());
         if applicable.specs.is_empty() {
             return Ok(Flow::Continue);
         }

@@ -308,7 +308,10 @@ impl UsageLimitPlugin {
         }
         let subject = Subject::of(cx);
         // The saved provider that provider selection named (`virtual_key` is its slug).
-        if let Some(b) = subject.virtual_key.and_then(|s| self.provider_budget(s)) {
+        if let Some(b) = subject
+            .virtual_key
+            .and_then(|s| self.provider_budget(s, principal))
+        {
             out.push(self.applied_budget(&b, principal, now));
         }
         let policies = self.access.usage_limit_policies();
@@ -363,8 +366,8 @@ impl UsageLimitPlugin {
 
     /// The own budget of the saved provider `slug`, when the provider store knows it and it
     /// has one.
-    fn provider_budget(&self, slug: &str) -> Option<Budget> {
-        let record = self.providers.provider(slug)?;
+    fn provider_budget(&self, slug: &str, who: Option<&Principal>) -> Option<Budget> {
+        let record = self.providers.provider_for(slug, who)?;
         let limit = record.usage_limits.clone()?;
         Some(Budget {
             id: format!("provider:{slug}"),
@@ -868,7 +871,7 @@ impl Plugin for UsageLimitPlugin {
         let Some(slug) = target.slug.as_deref() else {
             return Ok(Flow::Continue);
         };
-        let Some(budget) = self.provider_budget(slug) else {
+        let Some(budget) = self.provider_budget(slug, cx.extensions.get::<Principal>()) else {
             return Ok(Flow::Continue);
         };
         let applied =
