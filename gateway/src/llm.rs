@@ -220,7 +220,11 @@ fn execute<'a>(
                             Err(e) if e.is_client_error() => return result,
                             Err(e) => e.status().as_u16(),
                         };
-                        if i < last && strategy::falls_back(status, on_status_codes.as_deref()) {
+                        // With every attempt used, the last real answer is the one to give.
+                        if i < last
+                            && strategy::falls_back(status, on_status_codes.as_deref())
+                            && cx.response.upstream_attempts < MAX_UPSTREAM_ATTEMPTS
+                        {
                             gw.routing_metrics
                                 .fallbacks
                                 .with_label_values(&[cx
