@@ -94,6 +94,10 @@ pub async fn prepare(
 /// base path (an excess `..` stays at it); an encoded slash or a backslash, which a provider
 /// might decode into a separator after that, is a 400.
 fn provider_suffix(path: &str) -> Result<String, GatewayError> {
+    // Most paths hold no dot segment, escape or backslash: they pass as they are.
+    if !path.contains(['.', '%', '\\']) {
+        return Ok(path.to_owned());
+    }
     let mut kept: Vec<&str> = Vec::new();
     let segments: Vec<&str> = path.split('/').skip(1).collect();
     let last = segments.len().saturating_sub(1);
@@ -105,7 +109,9 @@ fn provider_suffix(path: &str) -> Result<String, GatewayError> {
                 format!("the path {path:?} holds an encoded slash or a backslash"),
             ));
         }
-        match lower.replace("%2e", ".").as_str() {
+        let dots = lower.replace("%2e", ".");
+        let is_dot_segment = matches!(dots.as_str(), "." | "..");
+        match dots.as_str() {
             "." => {}
             ".." => {
                 kept.pop();
@@ -113,7 +119,7 @@ fn provider_suffix(path: &str) -> Result<String, GatewayError> {
             _ => kept.push(segment),
         }
         // A path ending in a dot segment still names a folder.
-        if i == last && matches!(lower.replace("%2e", ".").as_str(), "." | "..") {
+        if i == last && is_dot_segment {
             kept.push("");
         }
     }

@@ -133,8 +133,11 @@ impl ProxyHttp for GatewayProxy {
                 // `x-gw-request-timeout` bounds the wait for the provider: the connection and
                 // each read get what is left of it (a stream already flowing keeps going as
                 // long as each read arrives within that time).
-                if let Some(ms) = ctx.cx.as_ref().and_then(|cx| cx.gw.request_timeout_ms) {
-                    let started = ctx.cx.as_ref().map_or_else(Instant::now, |cx| cx.started);
+                if let Some((ms, started)) = ctx
+                    .cx
+                    .as_deref()
+                    .and_then(|cx| Some((cx.gw.request_timeout_ms?, cx.started)))
+                {
                     let left = std::time::Duration::from_millis(ms)
                         .saturating_sub(started.elapsed())
                         .max(std::time::Duration::from_millis(1));

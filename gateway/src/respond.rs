@@ -67,7 +67,8 @@ pub fn set_gateway_headers(headers: &mut HeaderMap, cx: &RequestCx) {
 
 /// A response header with the gateway's own headers set.
 pub fn header(status: StatusCode, cx: Option<&RequestCx>) -> pingora::Result<ResponseHeader> {
-    Ok(header_with(status, cx, HeaderMap::with_capacity(6)))
+    // Room for the gateway's five headers and their reference names.
+    Ok(header_with(status, cx, HeaderMap::with_capacity(12)))
 }
 
 /// A response header of `headers` with the gateway's own headers set (replacing any of the same

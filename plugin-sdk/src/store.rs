@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use crate::access::{CountedUsage, Principal, RateLimit, UsageLimit};
+use crate::error::GatewayError;
 
 /// The workspace (and its organisation) that owns a provider or config saved through the
 /// control plane. What the YAML file declares has no owner: the operator's, usable by every
@@ -35,6 +36,12 @@ impl Owner {
 /// Whether `who` may use something with this owner (`None`: the operator's, open to all).
 pub fn usable_by(owner: Option<&Owner>, who: Option<&Principal>) -> bool {
     owner.is_none_or(|o| o.admits(who))
+}
+
+/// The 400 for a saved provider that does not exist or that the caller may not use: one
+/// message for both, wherever a slug is named (`param`), so that no answer tells them apart.
+pub fn unknown_provider(param: &str, slug: &str) -> GatewayError {
+    GatewayError::invalid_param(param, format!("no saved provider has the slug {slug:?}"))
 }
 
 /// A saved provider, addressed in requests as `x-gw-provider: @slug` or, the legacy way, as

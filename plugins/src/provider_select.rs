@@ -16,7 +16,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use plugin_sdk::headers::GwHeader;
-use plugin_sdk::store::{ConfigStore, ProviderStore};
+use plugin_sdk::store::{unknown_provider, ConfigStore, ProviderStore};
 use plugin_sdk::{
     BuildCx, Flow, GatewayError, Phases, Plugin, PluginFactory, Principal, RequestCx, RoutePlan,
     Target,
@@ -104,12 +104,10 @@ impl ProviderSelect {
             };
             // Not found and not the caller's answer alike: nothing tells that a slug exists
             // in another workspace.
-            let record = self.providers.provider_for(slug, who).ok_or_else(|| {
-                GatewayError::invalid_param(
-                    header,
-                    format!("no saved provider has the slug {slug:?}"),
-                )
-            })?;
+            let record = self
+                .providers
+                .provider_for(slug, who)
+                .ok_or_else(|| unknown_provider(header, slug))?;
             let mut target = Target::from_record(&record);
             target.api_key = target.api_key.or_else(|| bearer(cx));
             return Ok(RoutePlan::Single(target));
@@ -133,17 +131,14 @@ impl ProviderSelect {
                     )
                 })?
             };
-            // Every saved provider the config names, before any other plugin reads the plan
-            // (a limit counted against another workspace's provider would tell it exists).
+            // Every saved provider the config names, at any depth, before any other plugin
+            // reads the plan (a limit counted against another workspace's provider would tell
+            // it exists) and before anything is sent (not after a first fallback target).
             if let Some(slug) = plugin_sdk::target::saved_slugs(&config)
                 .into_iter()
                 .find(|slug| self.providers.provider_for(slug, who).is_none())
             {
-                return Err(GatewayError::invalid_param(
-                    GwHeader::CONFIG.primary,
-                    format!("no saved provider has the slug {slug:?}"),
-                )
-                .with_code("AB01"));
+                return Err(unknown_provider(GwHeader::CONFIG.primary, slug).with_code("AB01"));
             }
             return Ok(RoutePlan::Config(config));
         }

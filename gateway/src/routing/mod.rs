@@ -123,34 +123,6 @@ pub fn select_target(
     }
 }
 
-/// Checks, before anything is sent, that every saved provider a config names is one `who` may
-/// use: an unknown (or another workspace's) slug in a later fallback target is the same 400
-/// as in the first, not an error after the first target was tried.
-pub fn check_saved_targets(
-    node: &Node,
-    providers: &dyn ProviderStore,
-    who: Option<&Principal>,
-) -> Result<(), GatewayError> {
-    match &node.kind {
-        NodeKind::Target(TargetRef::Saved(slug)) => providers
-            .provider_for(slug, who)
-            .map(|_| ())
-            .ok_or_else(|| unknown_saved(slug)),
-        NodeKind::Target(TargetRef::Provider { .. }) => Ok(()),
-        NodeKind::Group { targets, .. } => targets
-            .iter()
-            .try_for_each(|t| check_saved_targets(t, providers, who)),
-    }
-}
-
-fn unknown_saved(slug: &str) -> GatewayError {
-    GatewayError::invalid_param(
-        GwHeader::CONFIG.primary,
-        format!("no saved provider has the slug {slug:?}"),
-    )
-    .with_code(config::CODE)
-}
-
 /// The target of a config's target node, with the settings it runs with. A saved provider is
 /// one `who` may use: another workspace's is answered as an unknown slug. Its host is the one
 /// saved with it (validation refuses a `custom_host` beside a saved provider).
@@ -172,9 +144,10 @@ pub fn config_target(
             ..Target::default()
         },
         TargetRef::Saved(slug) => {
-            let record = providers
-                .provider_for(slug, who)
-                .ok_or_else(|| unknown_saved(slug))?;
+            let record = providers.provider_for(slug, who).ok_or_else(|| {
+                plugin_sdk::store::unknown_provider(GwHeader::CONFIG.primary, slug)
+                    .with_code(config::CODE)
+            })?;
             Target::from_record(&record)
         }
     };
