@@ -255,6 +255,7 @@ impl Resource {
         matches!(
             self,
             Resource::Configs
+                | Resource::Guardrails
                 | Resource::Providers
                 | Resource::VirtualKeys
                 | Resource::WorkspaceIntegrations

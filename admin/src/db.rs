@@ -103,6 +103,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "config_secrets",
         include_str!("../migrations/0008_config_secrets.sql"),
     ),
+    (
+        9,
+        "guardrails",
+        include_str!("../migrations/0009_guardrails.sql"),
+    ),
 ];
 
 /// The key of the PostgreSQL advisory lock that serialises migrations and bootstrap across

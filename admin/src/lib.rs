@@ -53,6 +53,7 @@ pub const CONTROL_PLANE_PREFIXES: &[&str] = &[
     "/v1/virtual-keys",
     "/v1/policies",
     "/v1/deployments",
+    "/v1/guardrails",
     "/v1/logs",
     "/v1/openapi.json",
     // The reference control plane's other resources: answered 404 by the control plane until
@@ -62,7 +63,6 @@ pub const CONTROL_PLANE_PREFIXES: &[&str] = &[
     "/v1/mcp-servers",
     "/v1/mcp-integrations",
     "/v1/prompts",
-    "/v1/guardrails",
 ];
 
 /// True for a path the control plane owns.
@@ -89,6 +89,8 @@ pub struct Options {
     pub secret_key: Option<String>,
     /// The data plane's routing-config validator, run on saved configs.
     pub config_check: Option<ConfigCheck>,
+    /// The data plane's hook validator, run on saved guardrails.
+    pub guardrail_check: Option<ConfigCheck>,
     /// How often the data plane's snapshot is compared with the database (changes made by
     /// other instances; with PostgreSQL they are also notified at once).
     pub refresh_interval: Duration,
@@ -107,6 +109,7 @@ impl Options {
             expiry_interval: DEFAULT_EXPIRY_INTERVAL,
             secret_key: None,
             config_check: None,
+            guardrail_check: None,
             refresh_interval: store::snapshot::DEFAULT_REFRESH_INTERVAL,
             on_gateway_listener: true,
         }
@@ -398,6 +401,7 @@ fn data_plane_options(options: &Options) -> Result<DataPlaneOptions, AdminError>
     Ok(DataPlaneOptions {
         secret_key,
         config_check: options.config_check.clone(),
+        guardrail_check: options.guardrail_check.clone(),
     })
 }
 

@@ -24,7 +24,9 @@ use crate::pipeline::Pipeline;
 use crate::proxy::GatewayProxy;
 use crate::routing::breaker::Breakers;
 use crate::routing::Endpoints;
-use crate::stores::{saved_config_check, FileFirst, YamlConfigs, YamlProviders};
+use crate::stores::{
+    saved_config_check, saved_guardrail_check, FileFirst, YamlConfigs, YamlProviders,
+};
 use crate::upstream::Upstream;
 
 /// Everything a request needs, built once at start.
@@ -116,6 +118,7 @@ impl Gateway {
             },
             secret_key: config.secret_key.as_ref().map(|k| k.0.clone()),
             config_check: Some(saved_config_check()),
+            guardrail_check: Some(saved_guardrail_check()),
             on_gateway_listener: config.admin_on_main_listener,
             ..admin::Options::new(config.database_url.clone())
         })

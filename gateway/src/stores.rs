@@ -95,6 +95,12 @@ pub fn saved_config_check() -> admin::ConfigCheck {
     })
 }
 
+/// The check the control plane runs on guardrails before saving them: the guardrails plugin's
+/// own validation, so a saved guardrail is one requests can run.
+pub fn saved_guardrail_check() -> admin::ConfigCheck {
+    admin::ConfigCheck::new(plugins::guardrails::saved::check_saved)
+}
+
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;

@@ -334,6 +334,25 @@ pub trait AccessStore: Send + Sync {
     fn usage_limit_policies(&self) -> Arc<[UsageLimitPolicy]>;
     /// Changes whenever anything above changes (plugins may cache what they derive from it).
     fn version(&self) -> i64;
+    /// The guardrail saved through the control plane under `id_or_slug`, whoever owns it.
+    /// Default: none (a store without saved guardrails).
+    fn guardrail(&self, _id_or_slug: &str) -> Option<Arc<SavedGuardrail>> {
+        None
+    }
+}
+
+/// A guardrail saved through the control plane (`/v1/guardrails`): a hook that routing
+/// configs, workspace defaults and the pipeline's YAML name by its slug or id.
+#[derive(Debug, Clone)]
+pub struct SavedGuardrail {
+    pub id: String,
+    pub slug: String,
+    /// The workspace that owns it: only its callers (and its organisation's admin keys) may
+    /// name it in their configs ([`crate::store::usable_by`]).
+    pub owner: crate::store::Owner,
+    /// The hook in the shape `before_request_hooks` items take (`type`, `checks`, `deny`,
+    /// `async`, `on_fail`, `on_success`), its secrets in clear.
+    pub hook: Value,
 }
 
 /// An access store with nothing in it: every key is unknown.

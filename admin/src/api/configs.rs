@@ -12,7 +12,6 @@ use super::openapi::{tag, EmptyObject, ErrorBody, ListEnvelope};
 use super::{empty, list_envelope, AppState, Ctx, PathParams};
 use crate::authz::{self, Action, Op, Principal, Resource};
 use crate::error::{AdminError, Result};
-use crate::keys;
 use crate::store::audit::redact;
 use crate::store::{config_secrets, Config, ConfigChanges, ConfigFilter, NewConfig, Store};
 use crate::validate::{self, Page};
@@ -374,19 +373,9 @@ fn config_body(store: &Store, config: Value) -> Result<Value> {
     Ok(config)
 }
 
-/// `pc-` + five letters or digits of the name (random ones when it has fewer) + `-` + six
-/// random hex digits: `pc-fallb-3f9c2e`.
+/// `pc-` + five letters or digits of the name + `-` + six random hex digits: `pc-fallb-3f9c2e`.
 fn config_slug(name: &str) -> String {
-    let mut head: String = name
-        .chars()
-        .filter(char::is_ascii_alphanumeric)
-        .map(|c| c.to_ascii_lowercase())
-        .take(5)
-        .collect();
-    if head.len() < 5 {
-        head.push_str(&keys::random_hex(5 - head.len()));
-    }
-    format!("pc-{head}-{}", keys::random_hex(6))
+    super::short_slug("pc", name)
 }
 
 /// The workspace a new resource goes to: the one named (id or slug; AB02 when none), else the

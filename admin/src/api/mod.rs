@@ -8,6 +8,7 @@ mod api_keys;
 mod audit_logs;
 mod configs;
 mod deployments;
+mod guardrails;
 mod integrations;
 mod invites;
 mod logs;
@@ -179,6 +180,11 @@ pub fn routes() -> Vec<Route> {
         route(M::PUT, "/v1/configs/{slug}", configs::update),
         route(M::DELETE, "/v1/configs/{slug}", configs::delete),
         route(M::GET, "/v1/configs/{slug}/versions", configs::versions),
+        route(M::POST, "/v1/guardrails", guardrails::create),
+        route(M::GET, "/v1/guardrails", guardrails::list),
+        route(M::GET, "/v1/guardrails/{id}", guardrails::get),
+        route(M::PUT, "/v1/guardrails/{id}", guardrails::update),
+        route(M::DELETE, "/v1/guardrails/{id}", guardrails::delete),
         route(M::POST, "/v1/integrations", integrations::create),
         route(M::GET, "/v1/integrations", integrations::list),
         route(M::GET, "/v1/integrations/{slug}", integrations::get),
@@ -484,6 +490,21 @@ pub(crate) fn generated_slug(prefix: &str, max_base: usize, name: &str) -> Strin
     } else {
         format!("{prefix}-{base}-{}", crate::keys::random_hex(6))
     }
+}
+
+/// `{prefix}-` + five letters or digits of the name (random ones when it has fewer) + `-` + six
+/// random hex digits, as the reference names configs and guardrails: `pc-fallb-3f9c2e`.
+pub(crate) fn short_slug(prefix: &str, name: &str) -> String {
+    let mut head: String = name
+        .chars()
+        .filter(char::is_ascii_alphanumeric)
+        .map(|c| c.to_ascii_lowercase())
+        .take(5)
+        .collect();
+    if head.len() < 5 {
+        head.push_str(&crate::keys::random_hex(5 - head.len()));
+    }
+    format!("{prefix}-{head}-{}", crate::keys::random_hex(6))
 }
 
 /// `{object: "list", total, data}`.

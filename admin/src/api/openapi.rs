@@ -27,8 +27,8 @@ use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
 use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
 
 use super::{
-    api_keys, audit_logs, configs, deployments, integrations, invites, logs, members, policies,
-    providers, settings, users, workspaces,
+    api_keys, audit_logs, configs, deployments, guardrails, integrations, invites, logs, members,
+    policies, providers, settings, users, workspaces,
 };
 use crate::error::AdminError;
 
@@ -42,7 +42,7 @@ pub const SECURITY_SCHEME: &str = "api_key";
     info(
         title = "AI gateway control plane",
         description = "Organisations, workspaces, users, API keys, policies, configs, \
-            integrations, providers, logs and the audit log of the gateway. Every path but this \
+            guardrails, integrations, providers, logs and the audit log of the gateway. Every path but this \
             document and the acceptance of an invite takes an API key in the `x-gw-api-key` \
             header. Errors answer `{\"success\": false, \"data\": {\"message\", \"errorCode\"}}`."
     ),
@@ -100,6 +100,11 @@ pub const SECURITY_SCHEME: &str = "api_key";
         configs::update,
         configs::delete,
         configs::versions,
+        guardrails::create,
+        guardrails::list,
+        guardrails::get,
+        guardrails::update,
+        guardrails::delete,
         integrations::create,
         integrations::list,
         integrations::get,
@@ -149,6 +154,7 @@ pub const SECURITY_SCHEME: &str = "api_key";
         (name = tag::LOGS, description = "Request logs, and logs sent by other systems."),
         (name = tag::LOG_EXPORTS, description = "Exports of request logs as JSON lines."),
         (name = tag::CONFIGS, description = "Routing configs, versioned."),
+        (name = tag::GUARDRAILS, description = "Guardrails: checks and actions that configs, workspace defaults and the gateway's YAML name by slug."),
         (name = tag::INTEGRATIONS, description = "Provider credentials, the workspaces they are shared with, and their models and prices."),
         (name = tag::PROVIDERS, description = "Providers: an integration made usable in a workspace, with limits."),
         (name = tag::VIRTUAL_KEYS, description = "Providers in their legacy shape (virtual keys)."),
@@ -172,6 +178,7 @@ pub mod tag {
     pub const LOGS: &str = "Logs";
     pub const LOG_EXPORTS: &str = "Log exports";
     pub const CONFIGS: &str = "Configs";
+    pub const GUARDRAILS: &str = "Guardrails";
     pub const INTEGRATIONS: &str = "Integrations";
     pub const PROVIDERS: &str = "Providers";
     pub const VIRTUAL_KEYS: &str = "Virtual keys";

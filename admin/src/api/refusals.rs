@@ -241,6 +241,7 @@ pub(super) fn resource_type_of(pattern: &str) -> &'static str {
         ["logs", "exports", ..] => "log_export",
         ["logs", ..] => "log",
         ["configs", ..] => "config",
+        ["guardrails", ..] => "guardrail",
         ["integrations", ..] => "integration",
         ["providers", ..] | ["virtual-keys", ..] => "provider",
         ["policies", "rate-limits", ..] => "rate_limits_policy",

@@ -17,6 +17,9 @@
 //! before secrets were sealed: the store seals such rows when it starts with a secret key
 //! ([`super::Store::seal_legacy_config_secrets`]), and masks them when read until then.
 //!
+//! A saved guardrail (one hook) keeps the `headers` of its checks the same way ([`Body::Hook`]:
+//! pointers from the hook, `/checks/0/parameters/headers/x-api-key`).
+//!
 //! Updates: a secret sent back as the mask the API showed keeps the stored secret (the one at
 //! the same pointer, else the one stored anywhere in the config under the same field name whose
 //! mask it is, when there is exactly one), as long as it still goes where it went: the same
@@ -57,10 +60,49 @@ const SHORT_MASK: &str = "*******";
 /// Pointer -> ciphertext: the `secrets` column of a config version.
 pub type Sealed = BTreeMap<String, String>;
 
+/// What a sealed document is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Body {
+    /// A routing config (`config_versions`).
+    Config,
+    /// One hook: a saved guardrail (`guardrails`).
+    Hook,
+}
+
+impl Body {
+    fn root(self) -> Place {
+        match self {
+            Body::Config => Place::Config,
+            Body::Hook => Place::Hooks,
+        }
+    }
+
+    /// What the associated data and messages call it.
+    fn noun(self) -> &'static str {
+        match self {
+            Body::Config => "config",
+            Body::Hook => "guardrail",
+        }
+    }
+
+    /// The request field a secret's path is under (`config.` for a config's body).
+    fn field_prefix(self) -> &'static str {
+        match self {
+            Body::Config => "config.",
+            Body::Hook => "",
+        }
+    }
+}
+
 /// The pointers of every secret of `config`, in document order.
 pub fn pointers(config: &Value) -> Vec<String> {
+    pointers_in(Body::Config, config)
+}
+
+/// The pointers of every secret of a document of kind `body`, in document order.
+pub fn pointers_in(body: Body, value: &Value) -> Vec<String> {
     let mut out = Vec::new();
-    walk(config, &mut String::new(), Place::Config, &mut out);
+    walk(value, &mut String::new(), body.root(), &mut out);
     out
 }
 
@@ -170,8 +212,13 @@ pub fn looks_masked(value: &Value) -> bool {
 
 /// `config` with every secret masked.
 pub fn masked(config: &Value) -> Value {
+    masked_in(Body::Config, config)
+}
+
+/// A document of kind `body` with every secret masked.
+pub fn masked_in(body: Body, config: &Value) -> Value {
     let mut out = config.clone();
-    for pointer in pointers(config) {
+    for pointer in pointers_in(body, config) {
         if let Some(v) = out.pointer_mut(&pointer) {
             *v = mask_value(v);
         }
@@ -179,20 +226,31 @@ pub fn masked(config: &Value) -> Value {
     out
 }
 
-/// The associated data of a config's secret: the config and the pointer.
-fn context(config_id: &str, pointer: &str) -> String {
-    format!("config:{config_id}:{pointer}")
+/// The associated data of a secret: the document and the pointer.
+fn context(body: Body, config_id: &str, pointer: &str) -> String {
+    format!("{}:{config_id}:{pointer}", body.noun())
 }
 
 /// `config` (in clear) as stored: masked, and its secrets sealed by pointer.
 pub fn seal(cipher: Option<&Cipher>, config_id: &str, config: &Value) -> Result<(Value, Sealed)> {
-    let pointers = pointers(config);
+    seal_in(Body::Config, cipher, config_id, config)
+}
+
+/// A document of kind `body` (in clear) as stored: masked, and its secrets sealed by pointer.
+pub fn seal_in(
+    body: Body,
+    cipher: Option<&Cipher>,
+    config_id: &str,
+    config: &Value,
+) -> Result<(Value, Sealed)> {
+    let pointers = pointers_in(body, config);
     if pointers.is_empty() {
         return Ok((config.clone(), Sealed::new()));
     }
     let cipher = cipher.ok_or_else(|| {
         AdminError::internal(format!(
-            "a config with secrets (such as {}) cannot be stored: {} is not set",
+            "a {} with secrets (such as {}) cannot be stored: {} is not set",
+            body.noun(),
             field_path(&pointers[0]),
             crate::crypto::SECRET_KEY_VAR
         ))
@@ -205,7 +263,7 @@ pub fn seal(cipher: Option<&Cipher>, config_id: &str, config: &Value) -> Result<
         };
         sealed.insert(
             pointer.clone(),
-            cipher.encrypt(&v.to_string(), &context(config_id, &pointer)),
+            cipher.encrypt(&v.to_string(), &context(body, config_id, &pointer)),
         );
         *v = mask_value(v);
     }
@@ -220,28 +278,40 @@ pub fn open(
     stored: &Value,
     sealed: Option<&Sealed>,
 ) -> Result<Value> {
+    open_in(Body::Config, cipher, config_id, stored, sealed)
+}
+
+/// A document of kind `body` in clear from its stored form.
+pub fn open_in(
+    body: Body,
+    cipher: Option<&Cipher>,
+    config_id: &str,
+    stored: &Value,
+    sealed: Option<&Sealed>,
+) -> Result<Value> {
+    let noun = body.noun();
     let mut config = stored.clone();
     let Some(sealed) = sealed.filter(|s| !s.is_empty()) else {
         return Ok(config);
     };
     let cipher = cipher.ok_or_else(|| {
         AdminError::internal(format!(
-            "the secrets of config {config_id} cannot be read: {} is not set",
+            "the secrets of {noun} {config_id} cannot be read: {} is not set",
             crate::crypto::SECRET_KEY_VAR
         ))
     })?;
     for (pointer, ciphertext) in sealed {
-        let text = cipher.decrypt(ciphertext, &context(config_id, pointer))?;
+        let text = cipher.decrypt(ciphertext, &context(body, config_id, pointer))?;
         let value: Value = serde_json::from_str(&text).map_err(|_| {
             AdminError::internal(format!(
-                "cannot read the secret {pointer} of config {config_id}"
+                "cannot read the secret {pointer} of {noun} {config_id}"
             ))
         })?;
         match config.pointer_mut(pointer) {
             Some(slot) => *slot = value,
             None => {
                 return Err(AdminError::internal(format!(
-                    "config {config_id} has a secret at {pointer}, which its body lacks"
+                    "{noun} {config_id} has a secret at {pointer}, which its body lacks"
                 )))
             }
         }
@@ -253,12 +323,17 @@ pub fn open(
 /// secret it masks (`current`: the stored config in clear, `Value::Null` for none). The same
 /// pointer is tried first, then every stored secret under the same field name; a mask that
 /// matches none, or several different secrets, is a 400 naming it (`config.<path>`).
-pub fn unmask(mut sent: Value, current: &Value) -> Result<Value> {
-    let stored: Vec<(String, Value)> = pointers(current)
+pub fn unmask(sent: Value, current: &Value) -> Result<Value> {
+    unmask_in(Body::Config, sent, current)
+}
+
+/// [`unmask`] for a document of kind `body`.
+pub fn unmask_in(body: Body, mut sent: Value, current: &Value) -> Result<Value> {
+    let stored: Vec<(String, Value)> = pointers_in(body, current)
         .into_iter()
         .filter_map(|p| current.pointer(&p).map(|v| (p, v.clone())))
         .collect();
-    for pointer in pointers(&sent) {
+    for pointer in pointers_in(body, &sent) {
         let goes_to = destination(&sent, &pointer);
         let Some(slot) = sent.pointer_mut(&pointer) else {
             continue;
@@ -293,9 +368,12 @@ pub fn unmask(mut sent: Value, current: &Value) -> Result<Value> {
             Some(v) => *slot = v,
             None => {
                 return Err(AdminError::field(
-                    &format!("config.{}", field_path(&pointer)),
-                    "is a masked value that matches no stored secret of this config going to the \
-                     same provider and host: send the secret itself",
+                    &format!("{}{}", body.field_prefix(), field_path(&pointer)),
+                    format!(
+                        "is a masked value that matches no stored secret of this {} going to \
+                         the same provider and host: send the secret itself",
+                        body.noun()
+                    ),
                 ))
             }
         }

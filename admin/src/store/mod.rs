@@ -11,6 +11,7 @@ mod charges;
 pub mod config_secrets;
 mod configs;
 mod deployments;
+mod guardrails;
 mod integration_models;
 mod integrations;
 mod invites;
@@ -38,6 +39,7 @@ pub use bootstrap::{BootstrapOptions, BootstrapOutcome};
 pub use charges::ChargeReport;
 pub use configs::{Config, ConfigChanges, ConfigFilter, ConfigVersion, NewConfig};
 pub use deployments::{Deployment, DeploymentChanges, NewDeployment};
+pub use guardrails::{Guardrail, GuardrailChanges, GuardrailFilter, NewGuardrail};
 pub use integration_models::{IntegrationModel, ModelPricing, MAX_MODELS_PER_INTEGRATION};
 pub use integrations::{
     Integration, IntegrationChanges, IntegrationFilter, IntegrationWorkspace, NewIntegration,

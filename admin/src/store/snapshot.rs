@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use plugin_sdk::access::{CountedUsage, RateLimit, UsageLimit};
+use plugin_sdk::access::{CountedUsage, RateLimit, SavedGuardrail, UsageLimit};
 use plugin_sdk::store::{ConfigStore, Owner, ProviderStore, SavedConfig};
 use plugin_sdk::ProviderRecord;
 use serde_json::Value;
@@ -81,6 +81,9 @@ pub struct DataPlaneOptions {
     /// reading a secret then fails, and [`crate::ControlPlane::start`] refuses to start).
     pub secret_key: Option<SecretKey>,
     pub config_check: Option<ConfigCheck>,
+    /// Checks a saved guardrail's hook (`{type, checks, deny, async, ...}`) with the data
+    /// plane's hook validator; without one, only its shape is checked.
+    pub guardrail_check: Option<ConfigCheck>,
 }
 
 impl std::fmt::Debug for DataPlaneOptions {
@@ -88,6 +91,7 @@ impl std::fmt::Debug for DataPlaneOptions {
         f.debug_struct("DataPlaneOptions")
             .field("secret_key", &self.secret_key)
             .field("config_check", &self.config_check.is_some())
+            .field("guardrail_check", &self.guardrail_check.is_some())
             .finish()
     }
 }
@@ -107,6 +111,8 @@ pub struct Snapshot {
     providers: HashMap<String, Entry>,
     /// By slug and by id, with the workspace that owns each.
     configs: HashMap<String, SavedConfig>,
+    /// Saved guardrails by slug and by id, their secrets opened.
+    guardrails: HashMap<String, Arc<SavedGuardrail>>,
     /// Keys, workspaces and policies.
     access: super::access::AccessData,
 }
@@ -220,6 +226,9 @@ impl plugin_sdk::AccessStore for Published {
     fn version(&self) -> i64 {
         self.0.load().version
     }
+    fn guardrail(&self, id_or_slug: &str) -> Option<Arc<SavedGuardrail>> {
+        self.0.load().guardrails.get(id_or_slug).cloned()
+    }
 }
 
 /// The store's link to the data plane: the secret key, the config check, the published
@@ -229,6 +238,7 @@ pub struct DataPlane {
     key: Option<SecretKey>,
     cipher: Option<Cipher>,
     config_check: Option<ConfigCheck>,
+    guardrail_check: Option<ConfigCheck>,
     published: Published,
     rebuild: tokio::sync::Mutex<()>,
 }
@@ -296,25 +306,24 @@ impl Store {
     pub async fn open_with(database_url: &str, options: DataPlaneOptions) -> Result<Store> {
         let db = Db::connect(database_url).await?;
         db.migrate().await?;
-        let key = match options.secret_key {
+        let key = match options.secret_key.clone() {
             Some(k) => Some(k),
             None => default_key(&db, database_url)?,
         };
-        Store::build(db, key, options.config_check).await
+        Store::build(db, key, options).await
     }
 
     /// The same database with other data-plane options (a new snapshot is built); without a
     /// secret key in `options`, the store's key is kept.
     pub async fn with_data_plane(self, options: DataPlaneOptions) -> Result<Store> {
-        let key = options.secret_key.or_else(|| self.data_plane.key.clone());
-        Store::build(self.db, key, options.config_check).await
+        let key = options
+            .secret_key
+            .clone()
+            .or_else(|| self.data_plane.key.clone());
+        Store::build(self.db, key, options).await
     }
 
-    async fn build(
-        db: Db,
-        key: Option<SecretKey>,
-        config_check: Option<ConfigCheck>,
-    ) -> Result<Store> {
+    async fn build(db: Db, key: Option<SecretKey>, options: DataPlaneOptions) -> Result<Store> {
         let cipher = key.as_ref().map(Cipher::new);
         if let Some(c) = &cipher {
             verify_key(&db, c).await?;
@@ -324,7 +333,8 @@ impl Store {
             data_plane: Arc::new(DataPlane {
                 key,
                 cipher,
-                config_check,
+                config_check: options.config_check,
+                guardrail_check: options.guardrail_check,
                 published: Published::default(),
                 rebuild: tokio::sync::Mutex::new(()),
             }),
@@ -358,6 +368,31 @@ impl Store {
     pub(crate) fn check_config(&self, config: &Value) -> std::result::Result<(), String> {
         match &self.data_plane.config_check {
             Some(check) => (check.0)(config),
+            None => Ok(()),
+        }
+    }
+
+    /// Checks a saved guardrail's hook: its shape here, then the data plane's validator if one
+    /// was given. The problem names the field (`checks[0].parameters.rule: ...`).
+    pub(crate) fn check_guardrail(&self, hook: &Value) -> std::result::Result<(), String> {
+        let checks = hook.get("checks").and_then(Value::as_array);
+        match checks {
+            None => return Err("checks: must be a list of checks".into()),
+            Some(list) if list.is_empty() => {
+                return Err("checks: a guardrail needs at least one check".into())
+            }
+            Some(list) => {
+                for (i, check) in list.iter().enumerate() {
+                    if !check.get("id").is_some_and(Value::is_string) {
+                        return Err(format!(
+                            "checks[{i}].id: every check needs an id (a string)"
+                        ));
+                    }
+                }
+            }
+        }
+        match &self.data_plane.guardrail_check {
+            Some(check) => (check.0)(hook),
             None => Ok(()),
         }
     }
@@ -540,6 +575,30 @@ impl Store {
             };
             snapshot.configs.insert(id, config.clone());
             snapshot.configs.insert(slug, config);
+        }
+        let rows = sqlx::query(
+            "SELECT id, slug, organisation_id, workspace_id, hook, secrets FROM guardrails
+             WHERE status = 'active'",
+        )
+        .fetch_all(self.db.pool())
+        .await?;
+        for r in &rows {
+            let Some(hook) = self.open_guardrail(r)? else {
+                continue;
+            };
+            let id: String = r.try_get("id")?;
+            let slug: String = r.try_get("slug")?;
+            let saved = Arc::new(SavedGuardrail {
+                id: id.clone(),
+                slug: slug.clone(),
+                owner: Owner {
+                    organisation_id: r.try_get("organisation_id")?,
+                    workspace_id: r.try_get("workspace_id")?,
+                },
+                hook,
+            });
+            snapshot.guardrails.insert(id, saved.clone());
+            snapshot.guardrails.insert(slug, saved);
         }
         snapshot.access = super::access::load(&self.db).await?;
         Ok(snapshot)

@@ -119,6 +119,12 @@ const TABLE: &[(&str, &str, &str, &str)] = &[
     ("PUT",    "/v1/configs/{slug}",                                     "",                     "+3+++3+3 +3333333 -"),
     ("DELETE", "/v1/configs/{slug}",                                     "",                     "+3+++3+3 +3333333 -"),
     ("GET",    "/v1/configs/{slug}/versions",                            "",                     "+3+++++3 +3333333 -"),
+    // Another workspace's guardrail is a 404 to workspace keys, as one that does not exist.
+    ("POST",   "/v1/guardrails",                                         "",                     "+3+++3+3 +3333333 +3+++3+3"),
+    ("GET",    "/v1/guardrails",                                         "",                     "+3+++++3 +3333333 +3+++++3"),
+    ("GET",    "/v1/guardrails/{id}",                                    "",                     "+3+++++3 +3444443 -"),
+    ("PUT",    "/v1/guardrails/{id}",                                    "",                     "+3+++3+3 +3444443 -"),
+    ("DELETE", "/v1/guardrails/{id}",                                    "",                     "+3+++3+3 +3444443 -"),
     ("POST",   "/v1/integrations",                                       "",                     "+3+++3+3 +3333333 +3+++3+3"),
     ("GET",    "/v1/integrations",                                       "",                     "+3+++++3 +3333333 +3+++++3"),
     // At the organisation level: an integration of the organisation, shared with no workspace
@@ -253,6 +259,13 @@ impl World {
                 "/v1/configs",
                 json!({"name": "c", "config": {}, "workspace_id": ws}),
             )
+            .await;
+        got["slug"].as_str().unwrap().to_owned()
+    }
+
+    async fn guardrail(&self, ws: &str) -> String {
+        let got = self
+            .ok("POST", "/v1/guardrails", guardrail_body(Some(ws)))
             .await;
         got["slug"].as_str().unwrap().to_owned()
     }
@@ -459,6 +472,8 @@ async fn world(db: TestDb) -> World {
         .insert("user", [String::new(), String::new(), user]);
     let (ca, cb) = (w.config(&a).await, w.config(&b).await);
     w.shared.insert("config", own_other(ca, cb));
+    let (ga, gb) = (w.guardrail(&a).await, w.guardrail(&b).await);
+    w.shared.insert("guardrail", own_other(ga, gb));
     let integrations = [
         w.integration(Some(&a)).await,
         w.integration(Some(&b)).await,
@@ -720,6 +735,18 @@ async fn request(
         ("GET", "/v1/configs/{slug}/versions", _) => {
             (format!("/v1/configs/{}/versions", shared("config")?), none)
         }
+        ("POST", "/v1/guardrails", _) => (route.to_owned(), Some(with_ws(guardrail_body(None)))),
+        ("GET", "/v1/guardrails", _) => (query(route), none),
+        ("GET", "/v1/guardrails/{id}", _) => {
+            (format!("/v1/guardrails/{}", shared("guardrail")?), none)
+        }
+        ("PUT", "/v1/guardrails/{id}", _) => (
+            format!("/v1/guardrails/{}", shared("guardrail")?),
+            Some(json!({"name": "renamed"})),
+        ),
+        ("DELETE", "/v1/guardrails/{id}", _) => {
+            (format!("/v1/guardrails/{}", w.guardrail(ws?).await), none)
+        }
         ("POST", "/v1/integrations", _) => (
             route.to_owned(),
             Some(with_ws(
@@ -964,3 +991,13 @@ async fn matrix(db: TestDb) {
 }
 
 crate::on_both_databases!(matrix);
+
+/// A guardrail of one check, in `ws` when given.
+fn guardrail_body(ws: Option<&str>) -> Value {
+    let mut body = json!({"name": "g", "checks": [{"id": "default.contains",
+        "parameters": {"operator": "none", "words": ["x"]}}]});
+    if let Some(ws) = ws {
+        body["workspace_id"] = json!(ws);
+    }
+    body
+}

@@ -265,6 +265,7 @@ async fn versions_from_before_are_sealed_at_start(db: TestDb) {
         .with_data_plane(DataPlaneOptions {
             secret_key: None,
             config_check: None,
+            guardrail_check: None,
         })
         .await
         .expect("the same key");

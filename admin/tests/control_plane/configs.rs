@@ -418,6 +418,7 @@ async fn the_validator_decides(db: TestDb) {
         .with_data_plane(DataPlaneOptions {
             secret_key: None,
             config_check: Some(check),
+            guardrail_check: None,
         })
         .await
         .expect("same key, a check");

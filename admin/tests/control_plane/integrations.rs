@@ -29,6 +29,7 @@ pub async fn app_with_key(db: TestDb) -> App {
             .with_data_plane(DataPlaneOptions {
                 secret_key: Some(test_key()),
                 config_check: None,
+                guardrail_check: None,
             })
             .await
             .expect("a key");
@@ -820,6 +821,7 @@ async fn the_secret_key(db: TestDb) {
             DataPlaneOptions {
                 secret_key: Some(test_key()),
                 config_check: None,
+                guardrail_check: None,
             },
         )
         .await
@@ -836,6 +838,7 @@ async fn the_secret_key(db: TestDb) {
         DataPlaneOptions {
             secret_key: Some(SecretKey::generate()),
             config_check: None,
+            guardrail_check: None,
         },
     )
     .await

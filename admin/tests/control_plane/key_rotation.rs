@@ -309,6 +309,7 @@ async fn concurrent_passes_rotate_each_key_once(db: TestDb) {
         DataPlaneOptions {
             secret_key,
             config_check: None,
+            guardrail_check: None,
         },
     )
     .await

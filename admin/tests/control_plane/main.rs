@@ -12,6 +12,7 @@ mod bootstrap;
 mod config_secrets;
 mod configs;
 mod deployments;
+mod guardrails;
 mod integration_models;
 mod integrations;
 mod key_rotation;

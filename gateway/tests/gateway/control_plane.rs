@@ -397,8 +397,7 @@ async fn control_plane_paths_never_reach_a_provider() {
         (reqwest::Method::POST, "/v1/feedback"),
         (reqwest::Method::GET, "/v1/mcp-servers/s-1/metadata"),
         (reqwest::Method::GET, "/v1/mcp-integrations"),
-        (reqwest::Method::GET, "/v1/prompts"),
-        (reqwest::Method::GET, "/v1/guardrails"),
+        (reqwest::Method::POST, "/v1/prompts/p-1/completions"),
     ] {
         for credential in [ADMIN_KEY, key.as_str()] {
             let (status, body) = env

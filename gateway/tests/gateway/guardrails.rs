@@ -620,3 +620,114 @@ async fn the_default_pipeline_enforces_hooks() {
     assert_eq!(resp.status(), 500);
     assert_eq!(env.mock.request_count(), 1);
 }
+
+/// Guardrails saved through `/v1/guardrails` apply with the default pipeline: named by the
+/// workspace's defaults (to its keys, with no YAML change) and by configs, only within their
+/// workspace; the data plane's own validator checks them when they are saved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn saved_guardrails_are_named_by_workspace_defaults_and_configs() {
+    use reqwest::Method;
+    let env = Env::start().await;
+    let admin = Some(crate::common::ADMIN_KEY);
+    // The data plane's validator names the field it refuses.
+    let (status, body) = env
+        .admin_call(
+            Method::POST,
+            "/v1/guardrails",
+            admin,
+            Some(json!({"name": "bad", "checks": [
+                {"id": "default.regexMatch", "parameters": {"rule": "("}}]})),
+        )
+        .await;
+    assert_eq!(status, 400, "{body}");
+    assert!(
+        body["data"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("checks[0].parameters.rule"),
+        "{body}"
+    );
+    let (status, made) = env
+        .admin_call(
+            Method::POST,
+            "/v1/guardrails",
+            admin,
+            Some(
+                json!({"name": "No drop", "checks": [{"id": "default.regexMatch",
+                "parameters": {"rule": "(?i)drop\\s+table", "not": true}}],
+                "actions": {"deny": true}}),
+            ),
+        )
+        .await;
+    assert_eq!(status, 200, "{made}");
+    let slug = made["slug"].as_str().unwrap().to_owned();
+    let ws = env.default_workspace().await;
+    let (key, _) = env.workspace_key(&ws, json!({})).await;
+
+    // A config of the workspace names it: refused before the provider is called.
+    let config = json!({"provider": "@mock", "input_guardrails": [slug]});
+    let ask = |key: String, config: Value, text: &'static str| {
+        let env = &env;
+        async move {
+            let resp = env
+                .gw_post("/v1/chat/completions")
+                .header("x-gw-api-key", key)
+                .header("x-gw-config", config.to_string())
+                .json(&hello(text))
+                .send()
+                .await
+                .unwrap();
+            json_of(resp).await
+        }
+    };
+    let (status, body) = ask(key.clone(), config.clone(), "DROP TABLE users").await;
+    assert_eq!(status, 446, "{body}");
+    assert_eq!(
+        body["hook_results"]["before_request_hooks"][0]["id"],
+        slug.as_str()
+    );
+    assert_eq!(env.mock.request_count(), 0);
+    let (status, _) = ask(key.clone(), config.clone(), "hello").await;
+    assert_eq!(status, 200);
+
+    // Another workspace's key cannot name it: the 400 of an unknown name.
+    let (status, other) = env
+        .admin_call(
+            Method::POST,
+            "/v1/admin/workspaces",
+            admin,
+            Some(json!({"name": "Other"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{other}");
+    let other = other["id"].as_str().unwrap().to_owned();
+    let (other_key, _) = env.workspace_key(&other, json!({})).await;
+    let (status, body) = ask(other_key, config, "DROP TABLE users").await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["param"], "input_guardrails[0]");
+
+    // The workspace's defaults name it: its keys are guarded with no config.
+    let (status, body) = env
+        .admin_call(
+            Method::PUT,
+            &format!("/v1/admin/workspaces/{ws}"),
+            admin,
+            Some(json!({"defaults": {"input_guardrails": [slug]}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = json_of(env.chat_as(&key, &hello("DROP TABLE users"), &[]).await).await;
+    assert_eq!(status, 446, "{body}");
+    // An update applies to the next request: the guardrail now only warns (246).
+    let (status, body) = env
+        .admin_call(
+            Method::PUT,
+            &format!("/v1/guardrails/{slug}"),
+            admin,
+            Some(json!({"actions": {"deny": false}})),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, body) = json_of(env.chat_as(&key, &hello("DROP TABLE users"), &[]).await).await;
+    assert_eq!(status, 246, "{body}");
+}

@@ -15,6 +15,11 @@
 //! on_success: {feedback: {value: 1, weight: 1}}   # optional, reported with the result
 //! ```
 //!
+//! In place of a hook, a list may name a saved one: its id as a string (`"pg-nopii-3f9c2e"`),
+//! or an object holding only `id` (and optionally `type`). Names are looked up when a request
+//! runs: in the `guardrails` plugin's `library`, then among the guardrails saved through the
+//! control plane (`/v1/guardrails`) that the list's owner may use (see `saved`).
+//!
 //! A hook whose checks are all disabled is skipped. WebAssembly guardrails (`wasm.*` ids) are
 //! not hook checks: each is its own `wasm_guardrail` pipeline entry, and naming one in a hook is
 //! an error that says so.
@@ -125,6 +130,136 @@ impl Hook {
 pub struct Allow {
     /// Checks that call the network (`default.webhook`, `default.validUrls`).
     pub network: bool,
+}
+
+/// One item of a hook list as written: a hook, or the name of a saved one.
+#[derive(Debug, Clone)]
+pub enum RawItem {
+    Hook(RawHook),
+    /// A library hook's id, or a saved guardrail's slug or id.
+    Named(String),
+}
+
+/// One item of a hook list, validated.
+#[derive(Debug, Clone)]
+pub enum Entry {
+    Built(Arc<Hook>),
+    /// Resolved when a request runs; `at` is where it was written (`input_guardrails[1]`).
+    Named {
+        id: String,
+        at: String,
+    },
+}
+
+/// Reads the items of a hook list written at `path`: each a hook object, a string naming a
+/// saved guardrail, or `{id}` naming one. Problems carry their full path.
+pub fn parse_items(value: &Value, path: &str) -> Result<Vec<RawItem>, Vec<ConfigIssue>> {
+    let Value::Array(list) = value else {
+        return Err(vec![ConfigIssue::new(
+            path,
+            "must be a list of hooks (objects) or of saved guardrail ids (strings)",
+        )]);
+    };
+    let mut items = Vec::new();
+    let mut issues = Vec::new();
+    for (i, item) in list.iter().enumerate() {
+        let at = format!("{path}[{i}]");
+        match item {
+            Value::String(id) if id.trim().is_empty() => {
+                issues.push(ConfigIssue::new(at, "a guardrail id must not be empty"))
+            }
+            Value::String(id) => items.push(RawItem::Named(id.clone())),
+            Value::Object(map) if !map.contains_key("checks") => match map.get("id") {
+                Some(Value::String(id)) if !id.trim().is_empty() => {
+                    let extra: Vec<&String> =
+                        map.keys().filter(|k| *k != "id" && *k != "type").collect();
+                    match extra.first() {
+                        None => items.push(RawItem::Named(id.clone())),
+                        Some(key) => issues.push(ConfigIssue::new(
+                            format!("{at}.{key}"),
+                            "a hook without checks names a saved guardrail and takes only its \
+                             id: the saved guardrail holds its checks and actions",
+                        )),
+                    }
+                }
+                _ => issues.push(ConfigIssue::new(
+                    format!("{at}.checks"),
+                    "a hook needs checks, or an id naming a saved guardrail",
+                )),
+            },
+            Value::Object(_) => match serde_path_to_error::deserialize::<_, RawHook>(item) {
+                Ok(raw) => items.push(RawItem::Hook(raw)),
+                Err(e) => {
+                    let inner = e.path().to_string();
+                    let message = e.into_inner().to_string();
+                    let path = match (inner.as_str(), missing_field(&message)) {
+                        (".", Some(field)) => format!("{at}.{field}"),
+                        (".", None) => at,
+                        (p, Some(field)) => format!("{}.{field}", join(&at, p)),
+                        (p, None) => join(&at, p),
+                    };
+                    issues.push(ConfigIssue::new(path, message));
+                }
+            },
+            _ => issues.push(ConfigIssue::new(
+                at,
+                "must be a hook (an object) or a saved guardrail's id (a string)",
+            )),
+        }
+    }
+    if issues.is_empty() {
+        Ok(items)
+    } else {
+        Err(issues)
+    }
+}
+
+/// Validates the items of a hook list written at `path`: hooks are built, names kept.
+pub fn build_items(
+    items: &[RawItem],
+    path: &str,
+    allow: Allow,
+) -> Result<Vec<Entry>, Vec<ConfigIssue>> {
+    let mut out = Vec::new();
+    let mut issues = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        let at = format!("{path}[{i}]");
+        match item {
+            RawItem::Named(id) => out.push(Entry::Named { id: id.clone(), at }),
+            RawItem::Hook(raw) => match build_hook(raw, &at, allow) {
+                Ok(Some(h)) => out.push(Entry::Built(Arc::new(h))),
+                Ok(None) => {}
+                Err(found) => issues.extend(found),
+            },
+        }
+    }
+    if issues.is_empty() {
+        Ok(out)
+    } else {
+        Err(issues)
+    }
+}
+
+/// Builds one saved hook (a library entry, or a guardrail saved through the control plane)
+/// named `id`: `None` when it holds no enabled check.
+pub fn build_saved(raw: &RawHook, id: &str, allow: Allow) -> Result<Option<Hook>, String> {
+    build_hook(raw, id, allow)
+        .map(|hook| {
+            hook.map(|mut h| {
+                h.id = raw.id.clone().unwrap_or_else(|| id.to_owned());
+                h
+            })
+        })
+        .map_err(|issues| describe(&issues))
+}
+
+/// Issues as one line: `path: message; path: message`.
+pub fn describe(issues: &[ConfigIssue]) -> String {
+    issues
+        .iter()
+        .map(|i| format!("{}: {}", i.path, i.message))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Validates a list of hooks written at `path` (`before_request_hooks`). Every problem is
@@ -291,8 +426,8 @@ pub fn side_keys(side: Side) -> [&'static str; 2] {
 /// The validated hooks of both sides.
 #[derive(Debug, Clone, Default)]
 pub struct HookSet {
-    pub before: Vec<Arc<Hook>>,
-    pub after: Vec<Arc<Hook>>,
+    pub before: Vec<Entry>,
+    pub after: Vec<Entry>,
 }
 
 /// The hooks of a request's routing config (its top level; nested targets' hooks are not
@@ -313,21 +448,9 @@ pub fn hooks_of_config(config: &Value, allow: Allow) -> Result<HookSet, Vec<Conf
             let Some(value) = config.get(key) else {
                 continue;
             };
-            match serde_path_to_error::deserialize::<_, Vec<RawHook>>(value) {
-                Ok(raw) => match build_hooks(&raw, key, allow) {
-                    Ok(h) => hooks.extend(h),
-                    Err(found) => issues.extend(found),
-                },
-                Err(e) => {
-                    let path = e.path().to_string();
-                    let message = e.into_inner().to_string();
-                    let path = match (path.as_str(), missing_field(&message)) {
-                        (".", _) => key.to_owned(),
-                        (p, Some(field)) => format!("{}.{field}", join(key, p)),
-                        (p, None) => join(key, p),
-                    };
-                    issues.push(ConfigIssue::new(path, message));
-                }
+            match parse_items(value, key).and_then(|items| build_items(&items, key, allow)) {
+                Ok(h) => hooks.extend(h),
+                Err(found) => issues.extend(found),
             }
         }
         sides.push(hooks);
@@ -380,6 +503,16 @@ mod tests {
             before: input,
             after: output,
         } = hooks_of_config(&config, ALL).unwrap();
+        let built = |entries: Vec<Entry>| -> Vec<Arc<Hook>> {
+            entries
+                .into_iter()
+                .map(|e| match e {
+                    Entry::Built(h) => h,
+                    Entry::Named { id, .. } => panic!("{id} is a name"),
+                })
+                .collect()
+        };
+        let (input, output) = (built(input), built(output));
         assert_eq!(input.len(), 1);
         let h = &input[0];
         assert_eq!(h.id, "input_guardrails[0]");
@@ -443,6 +576,45 @@ mod tests {
             vec![
                 "before_request_hooks[0].on_fail.feedback.value",
                 "before_request_hooks[0].on_success"
+            ]
+        );
+    }
+
+    #[test]
+    fn saved_guardrails_are_named_by_string_or_id_only() {
+        let set = hooks_of_config(
+            &json!({"input_guardrails": ["pg-a", {"id": "pg-b", "type": "guardrail"},
+                {"checks": [{"id": "default.pii"}]}]}),
+            ALL,
+        )
+        .unwrap();
+        let names: Vec<(String, String)> = set
+            .before
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Named { id, at } => Some((id.clone(), at.clone())),
+                Entry::Built(_) => None,
+            })
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                ("pg-a".to_owned(), "input_guardrails[0]".to_owned()),
+                ("pg-b".to_owned(), "input_guardrails[1]".to_owned())
+            ]
+        );
+        assert!(matches!(set.before[2], Entry::Built(_)));
+        assert_eq!(
+            paths(json!({"before_request_hooks": [{"id": "pg-a", "deny": true}]})),
+            vec!["before_request_hooks[0].deny"],
+            "a name takes no actions: the saved guardrail holds them"
+        );
+        assert_eq!(
+            paths(json!({"before_request_hooks": ["", {"type": "guardrail"}, 3]})),
+            vec![
+                "before_request_hooks[0]",
+                "before_request_hooks[1].checks",
+                "before_request_hooks[2]"
             ]
         );
     }

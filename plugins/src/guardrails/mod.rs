@@ -6,11 +6,12 @@
 //!    `input_guardrails` / `output_guardrails`), validated when the gateway starts;
 //! 2. workspace defaults: the `defaults.input_guardrails` / `output_guardrails` of the
 //!    workspace of the request's key or token (read through the principal the `auth` plugin
-//!    attached; each item an id of this plugin's `library` or a hook object, see [`workspace`]),
-//!    and a [`DefaultHooks`] value another plugin may put in the request's extensions;
+//!    attached; each item a hook object or the id of a hook of this plugin's `library` or of a
+//!    guardrail the workspace saved, see [`workspace`]), and a [`DefaultHooks`] value another
+//!    plugin may put in the request's extensions;
 //! 3. the request's routing config (`x-gw-config`, inline or saved): its top-level hook lists,
 //!    validated per request (a bad one is a 400 naming its path). Hooks of nested targets are
-//!    not read. The config is known once `provider_select` ran, so this plugin must come after
+//!    not read. A config names saved guardrails its caller may use (see [`saved`]). The config is known once `provider_select` ran, so this plugin must come after
 //!    it in the pipeline.
 //!
 //! **Input** (`on_request`): the hooks run on the request's text (see [`text`]: for chat, the
@@ -43,6 +44,7 @@ pub mod config;
 pub mod hooks;
 pub mod net;
 pub mod results;
+pub mod saved;
 pub mod text;
 pub mod workspace;
 
@@ -57,13 +59,16 @@ use serde_json::Value;
 use plugin_sdk::llm::LlmRequest;
 use plugin_sdk::plugin::ResponseParts;
 use plugin_sdk::{
-    BuildCx, Chunk, ConfigIssue, Flow, GatewayError, Phases, Plugin, PluginFactory, RequestCx,
-    Route, RoutePlan,
+    BuildCx, Chunk, ConfigIssue, Flow, GatewayError, Phases, Plugin, PluginFactory, Principal,
+    RequestCx, Route, RoutePlan,
 };
 
-use config::{build_hooks, hooks_of_config, Allow, Hook, HookSet, RawHook};
+use config::{
+    build_items, describe, hooks_of_config, parse_items, Allow, Entry, Hook, HookSet, RawHook,
+};
 use hooks::{GuardMetrics, Material, Runner};
 use results::{refused, warned_status, with_results, HookResult, HookResults, Side};
+use saved::{Saved, Scope};
 use text::Subject;
 use workspace::WorkspaceHooks;
 
@@ -71,20 +76,23 @@ use workspace::WorkspaceHooks;
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct GuardrailsConfig {
-    /// Hooks run on every request's input. Default: none.
+    /// Hooks run on every request's input: hook objects, or ids naming a hook of `library` or
+    /// a guardrail saved through the control plane (any workspace's: the operator chooses).
+    /// Default: none.
     #[serde(default)]
-    pub before_request_hooks: Option<Vec<RawHook>>,
+    pub before_request_hooks: Option<Value>,
     /// Another name for `before_request_hooks`.
     #[serde(default)]
-    pub input_guardrails: Option<Vec<RawHook>>,
-    /// Hooks run on every chat completion's output. Default: none.
+    pub input_guardrails: Option<Value>,
+    /// Hooks run on every chat completion's output, as `before_request_hooks`. Default: none.
     #[serde(default)]
-    pub after_request_hooks: Option<Vec<RawHook>>,
+    pub after_request_hooks: Option<Value>,
     /// Another name for `after_request_hooks`.
     #[serde(default)]
-    pub output_guardrails: Option<Vec<RawHook>>,
+    pub output_guardrails: Option<Value>,
     /// Named hooks that workspaces name in their default guardrails
-    /// (`defaults.input_guardrails: [<id>]` in the control plane); each needs an `id`.
+    /// (`defaults.input_guardrails: [<id>]` in the control plane) and configs in their hook
+    /// lists; each needs an `id`. A name is looked up here before the saved guardrails.
     /// Default: none.
     #[serde(default)]
     pub library: Vec<RawHook>,
@@ -105,7 +113,7 @@ fn default_stream_check_bytes() -> usize {
 
 impl GuardrailsConfig {
     /// The hooks of one side, under whichever name was used, and the name.
-    fn side(&self, side: Side) -> Vec<(&'static str, &Vec<RawHook>)> {
+    fn side(&self, side: Side) -> Vec<(&'static str, &Value)> {
         let [primary, alias] = config::side_keys(side);
         let (a, b) = match side {
             Side::Input => (&self.before_request_hooks, &self.input_guardrails),
@@ -135,7 +143,9 @@ impl GuardrailsConfig {
             }
             let mut hooks = Vec::new();
             for (name, raw) in lists {
-                match build_hooks(raw, name, Allow { network: true }) {
+                let built = parse_items(raw, name)
+                    .and_then(|items| build_items(&items, name, Allow { network: true }));
+                match built {
                     Ok(h) => hooks.extend(h),
                     Err(found) => issues.extend(found),
                 }
@@ -164,9 +174,25 @@ impl DefaultHooks {
     /// Builds default hooks from a JSON object with `before_request_hooks` /
     /// `after_request_hooks` (or the aliases), as a routing config writes them. Validate once
     /// and keep the result: building compiles regexes and schemas.
+    /// Names of saved guardrails are refused here: they are resolved per request and owner.
     pub fn from_json(value: &Value) -> Result<DefaultHooks, Vec<ConfigIssue>> {
         let HookSet { before, after } = hooks_of_config(value, Allow { network: true })?;
-        Ok(DefaultHooks { before, after })
+        let built = |entries: Vec<Entry>| -> Result<Vec<Arc<Hook>>, Vec<ConfigIssue>> {
+            entries
+                .into_iter()
+                .map(|e| match e {
+                    Entry::Built(h) => Ok(h),
+                    Entry::Named { at, .. } => Err(vec![ConfigIssue::new(
+                        at,
+                        "default hooks are whole hooks, not names of saved guardrails",
+                    )]),
+                })
+                .collect()
+        };
+        Ok(DefaultHooks {
+            before: built(before)?,
+            after: built(after)?,
+        })
     }
 }
 
@@ -198,8 +224,9 @@ static INSTANCES: AtomicUsize = AtomicUsize::new(0);
 
 pub struct Guardrails {
     instance: usize,
-    before: Vec<Arc<Hook>>,
-    after: Vec<Arc<Hook>>,
+    before: Vec<Entry>,
+    after: Vec<Entry>,
+    saved: Arc<Saved>,
     runner: Runner,
     stream_check_bytes: usize,
     request_network_checks: bool,
@@ -229,52 +256,38 @@ impl PluginFactory for GuardrailsFactory {
 
     fn validate(config: &Self::Config) -> Vec<ConfigIssue> {
         let mut issues = config.hooks().err().unwrap_or_default();
-        issues.extend(
-            workspace::library(&config.library)
-                .err()
-                .unwrap_or_default(),
-        );
+        issues.extend(saved::library(&config.library).err().unwrap_or_default());
         issues
     }
 
     fn build(config: Self::Config, cx: &BuildCx) -> Result<Arc<dyn Plugin>, String> {
-        let HookSet { before, after } = config.hooks().map_err(|issues| {
-            issues
-                .iter()
-                .map(|i| format!("{}: {}", i.path, i.message))
-                .collect::<Vec<_>>()
-                .join("; ")
-        })?;
-        let library = workspace::library(&config.library).map_err(|issues| {
-            issues
-                .iter()
-                .map(|i| format!("{}: {}", i.path, i.message))
-                .collect::<Vec<_>>()
-                .join("; ")
-        })?;
+        let HookSet { before, after } = config.hooks().map_err(|issues| describe(&issues))?;
+        let library = saved::library(&config.library).map_err(|issues| describe(&issues))?;
         // The hosts of the webhooks this file configures are the operator's own: trusted.
         let mut egress = cx.egress.clone();
-        for hook in before
-            .iter()
-            .chain(&after)
-            .chain(library.values().flatten())
-        {
+        let written = before.iter().chain(&after).filter_map(|e| match e {
+            Entry::Built(hook) => Some(hook),
+            Entry::Named { .. } => None,
+        });
+        for hook in written.chain(library.values().flatten()) {
             for host in hook.webhook_hosts() {
                 egress.trust(host);
             }
         }
         let net = net::Net::new(egress)?;
+        let saved = Arc::new(Saved::new(library, cx.access.clone()));
         Ok(Arc::new(Guardrails {
             instance: INSTANCES.fetch_add(1, Ordering::Relaxed),
             before,
             after,
+            saved: saved.clone(),
             runner: Runner {
                 net,
                 metrics: GuardMetrics::register(&cx.metrics)?,
             },
             stream_check_bytes: config.stream_check_bytes,
             request_network_checks: config.request_network_checks,
-            workspaces: WorkspaceHooks::new(library, cx.access.clone()),
+            workspaces: WorkspaceHooks::new(saved),
         }))
     }
 }
@@ -282,8 +295,24 @@ impl PluginFactory for GuardrailsFactory {
 plugin_sdk::register_plugin!(GuardrailsFactory);
 
 impl Guardrails {
-    /// The hooks of the request's routing config, if it has one.
-    fn config_hooks(&self, cx: &RequestCx) -> Result<HookSet, GatewayError> {
+    /// The hooks of the request's routing config, if it has one, names resolved for its caller.
+    fn config_hooks(&self, cx: &RequestCx) -> Result<DefaultHooks, GatewayError> {
+        let set = self.config_entries(cx)?;
+        let who = Scope::Caller(cx.extensions.get::<Principal>());
+        let mut hooks = DefaultHooks::default();
+        for (into, entries) in [
+            (&mut hooks.before, &set.before),
+            (&mut hooks.after, &set.after),
+        ] {
+            self.saved
+                .extend(into, entries, who)
+                .map_err(|(at, problem)| GatewayError::invalid_param(at, problem))?;
+        }
+        Ok(hooks)
+    }
+
+    /// The hook lists of the request's routing config, validated.
+    fn config_entries(&self, cx: &RequestCx) -> Result<HookSet, GatewayError> {
         match &cx.plan {
             Some(RoutePlan::Config(config)) => hooks_of_config(
                 config,
@@ -292,11 +321,7 @@ impl Guardrails {
                 },
             )
             .map_err(|issues| {
-                let message = issues
-                    .iter()
-                    .map(|i| format!("{}: {}", i.path, i.message))
-                    .collect::<Vec<_>>()
-                    .join("; ");
+                let message = describe(&issues);
                 let param = issues.first().map(|i| i.path.clone()).unwrap_or_default();
                 GatewayError::invalid_param(param, format!("invalid hook in the config: {message}"))
             }),
@@ -308,15 +333,26 @@ impl Guardrails {
         }
     }
 
+    /// This plugin's own hooks of one side, names resolved.
+    fn own(&self, entries: &[Entry]) -> Result<Vec<Arc<Hook>>, GatewayError> {
+        let mut hooks = Vec::with_capacity(entries.len());
+        self.saved
+            .extend(&mut hooks, entries, Scope::Operator)
+            .map_err(|(_, problem)| {
+                GatewayError::internal(format!("the pipeline's guardrails cannot run: {problem}"))
+            })?;
+        Ok(hooks)
+    }
+
     /// This plugin's output hooks for a request: its own, then the request's.
-    fn after_hooks(&self, cx: &RequestCx) -> Vec<Arc<Hook>> {
-        let mut hooks = self.after.clone();
+    fn after_hooks(&self, cx: &RequestCx) -> Result<Vec<Arc<Hook>>, GatewayError> {
+        let mut hooks = self.own(&self.after)?;
         if let Some(r) = cx.extensions.get::<RequestHooks>() {
             if r.owner == self.instance {
                 hooks.extend(r.after.iter().cloned());
             }
         }
-        hooks
+        Ok(hooks)
     }
 
     /// Ends a stream: every hook on the whole text.
@@ -362,7 +398,12 @@ impl Plugin for Guardrails {
     }
 
     async fn on_request(&self, cx: &mut RequestCx) -> Result<Flow, GatewayError> {
-        let mut before = self.before.clone();
+        let mut before = self.own(&self.before)?;
+        // A name of the output side that does not resolve refuses now, before the provider
+        // is paid, not when the answer comes.
+        if self.after.iter().any(|e| matches!(e, Entry::Named { .. })) {
+            self.own(&self.after)?;
+        }
         // The first guardrails entry of the pipeline takes the request's own hooks.
         if cx.extensions.get::<RequestHooks>().is_none() {
             let config = self.config_hooks(cx)?;
@@ -415,7 +456,7 @@ impl Plugin for Guardrails {
         if !response.status.is_success() {
             return Ok(Flow::Continue);
         }
-        let after = self.after_hooks(cx);
+        let after = self.after_hooks(cx)?;
         if matches!(cx.route, Route::ChatCompletions | Route::Messages) && !after.is_empty() {
             if let Ok(body) = serde_json::from_slice::<Value>(&response.body) {
                 let request = if after.iter().any(|h| h.needs_network()) {
@@ -469,7 +510,7 @@ impl Plugin for Guardrails {
         if self.after.is_empty() && !request_after {
             return Ok(Flow::Continue);
         }
-        let after = self.after_hooks(cx);
+        let after = self.after_hooks(cx)?;
         if after.is_empty() {
             return Ok(Flow::Continue);
         }

@@ -633,6 +633,7 @@ async fn async_hooks_do_not_hold_or_refuse_the_request() {
 #[derive(Default)]
 struct Workspaces {
     list: std::sync::Mutex<Vec<Arc<plugin_sdk::access::WorkspaceRecord>>>,
+    guardrails: std::sync::Mutex<Vec<Arc<plugin_sdk::access::SavedGuardrail>>>,
     version: std::sync::atomic::AtomicI64,
 }
 
@@ -659,7 +660,35 @@ impl Workspaces {
     }
 }
 
+impl Workspaces {
+    /// Saves (or replaces) a guardrail of `workspace`, named `slug`.
+    fn save(&self, workspace: &str, slug: &str, hook: Value) {
+        let saved = plugin_sdk::access::SavedGuardrail {
+            id: format!("id-{slug}"),
+            slug: slug.into(),
+            owner: plugin_sdk::store::Owner {
+                organisation_id: "org".into(),
+                workspace_id: workspace.into(),
+            },
+            hook,
+        };
+        let mut list = self.guardrails.lock().unwrap();
+        list.retain(|g| g.slug != slug);
+        list.push(Arc::new(saved));
+        self.version
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 impl plugin_sdk::AccessStore for Workspaces {
+    fn guardrail(&self, id_or_slug: &str) -> Option<Arc<plugin_sdk::access::SavedGuardrail>> {
+        self.guardrails
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|g| g.slug == id_or_slug || g.id == id_or_slug)
+            .cloned()
+    }
     fn api_key(&self, _: &[u8; 32]) -> Option<Arc<plugin_sdk::access::ApiKeyRecord>> {
         None
     }
@@ -778,4 +807,135 @@ fn library_hooks_need_unique_ids() {
         found.iter().any(|i| i.starts_with("library[2].id")),
         "{found:?}"
     );
+}
+
+/// A plugin reading `store`, built from `config`.
+fn with_store(config: Value, store: &Arc<Workspaces>) -> Arc<dyn Plugin> {
+    let mut build_cx = BuildCx::standalone();
+    build_cx.access = store.clone();
+    PluginDescriptor::find("guardrails")
+        .unwrap()
+        .build(&config, &build_cx)
+        .unwrap()
+}
+
+/// A request of `workspace` whose routing config names `hooks` as its input guardrails.
+fn with_config(content: &str, workspace: Option<&str>, hooks: Value) -> RequestCx {
+    let mut cx = in_workspace(content, workspace);
+    cx.plan = Some(RoutePlan::Config(Arc::new(
+        json!({"provider": "openai", "input_guardrails": hooks}),
+    )));
+    cx
+}
+
+fn no_drop(deny: bool) -> Value {
+    json!({"deny": deny, "checks": [
+        {"id": "default.regexMatch", "parameters": {"rule": "(?i)drop\\s+table", "not": true}}
+    ]})
+}
+
+#[tokio::test]
+async fn configs_name_the_saved_guardrails_their_caller_may_use() {
+    let store = Arc::new(Workspaces::default());
+    let plugin = with_store(json!({}), &store);
+    store.save("ws-a", "pg-nodrop", no_drop(true));
+
+    // Its own workspace's caller: by slug, by id, and as {id}.
+    for named in [
+        json!("pg-nodrop"),
+        json!("id-pg-nodrop"),
+        json!({"id": "pg-nodrop"}),
+    ] {
+        let mut cx = with_config("DROP TABLE users", Some("ws-a"), json!([named]));
+        let Flow::Respond(r) = plugin.on_request(&mut cx).await.unwrap() else {
+            panic!("the saved guardrail did not refuse");
+        };
+        assert_eq!(r.status.as_u16(), 446);
+        assert_eq!(
+            body_of(&r)["hook_results"]["before_request_hooks"][0]["id"],
+            "pg-nodrop",
+            "results name a saved guardrail by its slug"
+        );
+    }
+
+    // Its organisation's admin key may name it too.
+    let mut cx = with_config("DROP TABLE users", None, json!(["pg-nodrop"]));
+    assert!(matches!(
+        plugin.on_request(&mut cx).await.unwrap(),
+        Flow::Respond(_)
+    ));
+
+    // Another workspace's caller, and a caller without a key, get the 400 of an unknown name.
+    for anonymous in [false, true] {
+        let mut cx = with_config("DROP TABLE users", Some("ws-b"), json!(["pg-nodrop"]));
+        if anonymous {
+            cx.extensions.remove::<plugin_sdk::Principal>();
+        }
+        let e = plugin.on_request(&mut cx).await.unwrap_err();
+        assert_eq!(e.status().as_u16(), 400);
+        assert_eq!(e.param.as_deref(), Some("input_guardrails[0]"));
+        assert!(
+            e.message.contains("no guardrail \"pg-nodrop\""),
+            "{}",
+            e.message
+        );
+    }
+
+    // An update applies at the next snapshot version.
+    store.save("ws-a", "pg-nodrop", no_drop(false));
+    let mut cx = with_config("DROP TABLE users", Some("ws-a"), json!(["pg-nodrop"]));
+    assert!(matches!(
+        plugin.on_request(&mut cx).await.unwrap(),
+        Flow::Continue
+    ));
+    assert!(
+        !HookResults::of(&cx).before_request_hooks[0].verdict,
+        "the check still fails; the new action only warns"
+    );
+
+    // A stored guardrail that cannot run refuses (fail closed), naming the problem.
+    store.save(
+        "ws-a",
+        "pg-broken",
+        json!({"checks": [{"id": "default.nope"}]}),
+    );
+    let mut cx = with_config("hello", Some("ws-a"), json!(["pg-broken"]));
+    let e = plugin.on_request(&mut cx).await.unwrap_err();
+    assert!(e.message.contains("cannot run"), "{}", e.message);
+}
+
+#[tokio::test]
+async fn workspace_defaults_and_the_yaml_name_saved_guardrails() {
+    let store = Arc::new(Workspaces::default());
+    store.save("ws-a", "pg-nodrop", no_drop(true));
+    store.set("ws-a", vec![json!("pg-nodrop")], Vec::new());
+    // A workspace may not name another workspace's guardrail in its defaults.
+    store.set("ws-b", vec![json!({"id": "pg-nodrop"})], Vec::new());
+    let plugin = with_store(json!({}), &store);
+
+    let mut cx = in_workspace("DROP TABLE users", Some("ws-a"));
+    let Flow::Respond(r) = plugin.on_request(&mut cx).await.unwrap() else {
+        panic!("the workspace's saved guardrail did not refuse");
+    };
+    assert_eq!(r.status.as_u16(), 446);
+    let mut cx = in_workspace("hello", Some("ws-b"));
+    let e = plugin.on_request(&mut cx).await.unwrap_err();
+    assert_eq!(e.status().as_u16(), 500);
+    assert!(e.message.contains("\"pg-nodrop\""), "{}", e.message);
+
+    // The operator's YAML names any workspace's guardrail, for every request.
+    let yaml = with_store(json!({"before_request_hooks": ["pg-nodrop"]}), &store);
+    for ws in [Some("ws-c"), None] {
+        let mut cx = in_workspace("DROP TABLE users", ws);
+        let Flow::Respond(r) = yaml.on_request(&mut cx).await.unwrap() else {
+            panic!("the pipeline's saved guardrail did not refuse");
+        };
+        assert_eq!(r.status.as_u16(), 446);
+    }
+    // A name the YAML gives that nothing holds refuses every request rather than skip it.
+    let missing = with_store(json!({"after_request_hooks": ["pg-gone"]}), &store);
+    let mut cx = in_workspace("hello", None);
+    let e = missing.on_request(&mut cx).await.unwrap_err();
+    assert_eq!(e.status().as_u16(), 500);
+    assert!(e.message.contains("pg-gone"), "{}", e.message);
 }

@@ -1,71 +1,28 @@
 //! A workspace's default guardrails (`defaults.input_guardrails` / `output_guardrails` in the
 //! control plane), run for every request the workspace's keys and tokens make.
 //!
-//! Each item is the `id` of a hook in the plugin's `library` (what the control plane's API
-//! stores: guardrail ids), or a whole hook object. They are resolved once per workspace and
-//! snapshot version and kept; a workspace naming a guardrail the library lacks, or holding an
-//! invalid hook, has its requests refused (500) rather than run unguarded.
+//! Each item names a hook (a string, or `{id}`: a hook of the plugin's `library`, or a guardrail
+//! the workspace saved through `/v1/guardrails`), or is a whole hook object. They are resolved
+//! once per workspace and snapshot version and kept; a workspace naming a guardrail that does
+//! not resolve, or holding an invalid hook, has its requests refused (500) rather than run
+//! unguarded.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde_json::Value;
 
-use plugin_sdk::access::{AccessStore, Defaults};
-use plugin_sdk::{ConfigIssue, GatewayError, Principal, RequestCx};
+use plugin_sdk::access::Defaults;
+use plugin_sdk::{GatewayError, Principal, RequestCx};
 
-use super::config::{build_hooks, Allow, Hook, RawHook};
+use super::config::{build_items, describe, parse_items, Allow};
+use super::saved::{Saved, Scope};
 use super::DefaultHooks;
 
 /// How many workspaces' resolved guardrails are kept.
 const KEPT_WORKSPACES: u64 = 10_000;
 
-/// Named hooks of the plugin's `library`, by id. `None`: the hook has no enabled check.
-pub type Library = HashMap<String, Option<Arc<Hook>>>;
-
-/// Builds the library: every hook needs an `id`, each id once.
-pub fn library(raw: &[RawHook]) -> Result<Library, Vec<ConfigIssue>> {
-    let mut issues = Vec::new();
-    let mut seen = HashMap::new();
-    for (i, hook) in raw.iter().enumerate() {
-        match hook.id.as_deref() {
-            None | Some("") => issues.push(ConfigIssue::new(
-                format!("library[{i}].id"),
-                "a library hook needs an id: workspaces name it by its id",
-            )),
-            Some(id) => {
-                if let Some(first) = seen.insert(id.to_owned(), i) {
-                    issues.push(ConfigIssue::new(
-                        format!("library[{i}].id"),
-                        format!("{id:?} is already the id of library[{first}]"),
-                    ));
-                }
-            }
-        }
-    }
-    let mut out = Library::new();
-    for (i, hook) in raw.iter().enumerate() {
-        match build_hooks(
-            std::slice::from_ref(hook),
-            &format!("library[{i}]"),
-            NETWORK,
-        ) {
-            Ok(built) => {
-                if let Some(id) = &hook.id {
-                    out.insert(id.clone(), built.into_iter().next());
-                }
-            }
-            Err(found) => issues.extend(found),
-        }
-    }
-    if issues.is_empty() {
-        Ok(out)
-    } else {
-        Err(issues)
-    }
-}
-
-/// Operators write workspace guardrails: network checks (webhooks) are allowed.
+/// Workspace admins write their defaults through the control plane: network checks (webhooks)
+/// are allowed, held to the egress policy.
 const NETWORK: Allow = Allow { network: true };
 
 struct Resolved {
@@ -75,16 +32,14 @@ struct Resolved {
 
 /// Resolves the default guardrails of the requests' workspaces.
 pub struct WorkspaceHooks {
-    library: Library,
-    access: Arc<dyn AccessStore>,
+    saved: Arc<Saved>,
     kept: moka::sync::Cache<String, Arc<Resolved>>,
 }
 
 impl WorkspaceHooks {
-    pub fn new(library: Library, access: Arc<dyn AccessStore>) -> WorkspaceHooks {
+    pub fn new(saved: Arc<Saved>) -> WorkspaceHooks {
         WorkspaceHooks {
-            library,
-            access,
+            saved,
             kept: moka::sync::Cache::new(KEPT_WORKSPACES),
         }
     }
@@ -98,12 +53,13 @@ impl WorkspaceHooks {
         else {
             return Ok(None);
         };
-        let version = self.access.version();
+        let access = self.saved.access();
+        let version = access.version();
         let resolved = match self.kept.get(workspace_id) {
             Some(r) if r.version == version => r,
             _ => {
-                let hooks = match self.access.workspace(workspace_id) {
-                    Some(ws) => resolve(&ws.defaults, &self.library).map(Arc::new),
+                let hooks = match access.workspace(workspace_id) {
+                    Some(ws) => resolve(&ws.defaults, workspace_id, &self.saved).map(Arc::new),
                     None => Ok(Arc::new(DefaultHooks::default())),
                 };
                 if let Err(problem) = &hooks {
@@ -130,7 +86,7 @@ impl WorkspaceHooks {
 }
 
 /// The hooks a workspace's defaults name, in order.
-fn resolve(defaults: &Defaults, library: &Library) -> Result<DefaultHooks, String> {
+fn resolve(defaults: &Defaults, workspace_id: &str, saved: &Saved) -> Result<DefaultHooks, String> {
     let mut out = DefaultHooks::default();
     for (field, items, into) in [
         (
@@ -144,35 +100,13 @@ fn resolve(defaults: &Defaults, library: &Library) -> Result<DefaultHooks, Strin
             &mut out.after,
         ),
     ] {
-        for (i, item) in items.iter().enumerate() {
-            let at = format!("{field}[{i}]");
-            match item {
-                Value::String(id) => match library.get(id) {
-                    Some(Some(hook)) => into.push(hook.clone()),
-                    Some(None) => {}
-                    None => {
-                        return Err(format!(
-                            "{at}: no guardrail {id:?} in the guardrails plugin's library"
-                        ))
-                    }
-                },
-                Value::Object(_) => {
-                    let raw: RawHook =
-                        serde_json::from_value(item.clone()).map_err(|e| format!("{at}: {e}"))?;
-                    let built = build_hooks(std::slice::from_ref(&raw), &at, NETWORK).map_err(
-                        |issues| {
-                            issues
-                                .iter()
-                                .map(|i| format!("{}: {}", i.path, i.message))
-                                .collect::<Vec<_>>()
-                                .join("; ")
-                        },
-                    )?;
-                    into.extend(built);
-                }
-                other => return Err(format!("{at}: a guardrail id or a hook, got {other}")),
-            }
-        }
+        let list = Value::Array(items.clone());
+        let entries = parse_items(&list, field)
+            .and_then(|raw| build_items(&raw, field, NETWORK))
+            .map_err(|issues| describe(&issues))?;
+        saved
+            .extend(into, &entries, Scope::Workspace(workspace_id))
+            .map_err(|(_, problem)| problem)?;
     }
     Ok(out)
 }
