@@ -91,6 +91,9 @@ pub struct Options {
     pub config_check: Option<ConfigCheck>,
     /// The data plane's hook validator, run on saved guardrails.
     pub guardrail_check: Option<ConfigCheck>,
+    /// Where the data plane's JWT verifier is offered (the `auth` plugin with `jwt:`): tokens
+    /// then read and list their workspace's resources. Default: empty (API keys only).
+    pub tokens: plugin_sdk::access::TokenSlot,
     /// How often the data plane's snapshot is compared with the database (changes made by
     /// other instances; with PostgreSQL they are also notified at once).
     pub refresh_interval: Duration,
@@ -110,6 +113,7 @@ impl Options {
             secret_key: None,
             config_check: None,
             guardrail_check: None,
+            tokens: plugin_sdk::access::TokenSlot::default(),
             refresh_interval: store::snapshot::DEFAULT_REFRESH_INTERVAL,
             on_gateway_listener: true,
         }
@@ -188,7 +192,13 @@ impl ControlPlane {
         ));
         Ok(ControlPlane {
             runtime: Some(runtime),
-            router: router(store.clone()),
+            router: router_with(
+                store.clone(),
+                RouterOptions {
+                    tokens: options.tokens.clone(),
+                    ..RouterOptions::default()
+                },
+            ),
             store,
             bootstrap,
             on_gateway_listener: options.on_gateway_listener,

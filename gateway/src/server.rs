@@ -111,6 +111,9 @@ impl Gateway {
         let routing_metrics = RoutingMetrics::register(&metrics);
         // The control plane first: the stores read its snapshot of saved providers and configs
         // (after the YAML file's own, which win).
+        // The `auth` plugin offers its JWT verifier here when it is built, after the control
+        // plane has started.
+        let tokens = plugin_sdk::access::TokenSlot::default();
         let mut control_plane = admin::ControlPlane::start(admin::Options {
             bootstrap: admin::BootstrapOptions {
                 admin_key: config.bootstrap_admin_key.as_ref().map(|k| k.0.clone()),
@@ -119,6 +122,7 @@ impl Gateway {
             secret_key: config.secret_key.as_ref().map(|k| k.0.clone()),
             config_check: Some(saved_config_check()),
             guardrail_check: Some(saved_guardrail_check()),
+            tokens: tokens.clone(),
             on_gateway_listener: config.admin_on_main_listener,
             ..admin::Options::new(config.database_url.clone())
         })
@@ -148,6 +152,7 @@ impl Gateway {
             sink: control_plane.sink(),
             redis_url: config.redis_url.clone(),
             egress: config.egress.clone(),
+            tokens,
         };
         let pipeline = Pipeline::build(&config.pipeline, &build)?;
         Ok(Gateway {

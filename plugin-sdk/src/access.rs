@@ -402,6 +402,70 @@ pub struct Principal {
     pub budgets: Vec<Budget>,
 }
 
+/// What a verified bearer token (a JWT) says about its bearer, as the control plane reads it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TokenIdentity {
+    pub organisation_id: Option<String>,
+    pub workspace_id: Option<String>,
+    /// The token's subject (not a user of the control plane).
+    pub user: Option<String>,
+    pub scopes: Vec<String>,
+}
+
+/// A refused token: 401, or 403 for a valid token that may not do this.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenRefusal {
+    pub status: u16,
+    pub message: String,
+}
+
+/// Where a token was presented, recorded with its refusal in the audit log.
+#[derive(Debug, Clone, Copy)]
+pub struct TokenRequest<'a> {
+    pub method: &'a str,
+    pub uri: &'a str,
+    pub request_id: &'a str,
+    pub client_ip: Option<&'a str>,
+}
+
+/// Verifies bearer tokens for the control plane with the data plane's `jwt:` settings (the
+/// `auth` plugin provides one when it has them), auditing refusals as the data plane does.
+#[async_trait::async_trait]
+pub trait TokenVerifier: Send + Sync {
+    /// Whether a credential has a token's shape (an API key does not).
+    fn looks_like_token(&self, credential: &str) -> bool;
+    async fn verify(
+        &self,
+        token: &str,
+        at: TokenRequest<'_>,
+    ) -> Result<TokenIdentity, TokenRefusal>;
+}
+
+/// The token verifier the control plane uses, set by the plugin that has one when the pipeline
+/// is built (and replaced when it is rebuilt). Empty: the control plane takes API keys only.
+#[derive(Clone, Default)]
+pub struct TokenSlot(Arc<std::sync::RwLock<Option<Arc<dyn TokenVerifier>>>>);
+
+impl TokenSlot {
+    pub fn set(&self, verifier: Arc<dyn TokenVerifier>) {
+        *self.0.write().unwrap_or_else(|e| e.into_inner()) = Some(verifier);
+    }
+
+    pub fn get(&self) -> Option<Arc<dyn TokenVerifier>> {
+        self.0.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl std::fmt::Debug for TokenSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "TokenSlot({})",
+            if self.get().is_some() { "set" } else { "empty" }
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -34,6 +34,9 @@ pub struct BuildCx {
     /// The hosts the operator trusts to be internal; every other host a plugin reaches for a
     /// request (a webhook, a URL check) must resolve to a public address.
     pub egress: crate::egress::EgressPolicy,
+    /// Where a plugin that verifies JWTs (`auth` with `jwt:`) offers its verifier to the
+    /// control plane.
+    pub tokens: crate::access::TokenSlot,
 }
 
 impl BuildCx {
@@ -48,6 +51,7 @@ impl BuildCx {
             sink: Arc::new(crate::sinks::Discard),
             redis_url: None,
             egress: crate::egress::EgressPolicy::default(),
+            tokens: crate::access::TokenSlot::default(),
         }
     }
 }

@@ -52,6 +52,8 @@ pub use refusals::{RouterOptions, DEFAULT_REFUSED_RECORDS_PER_SECOND};
 #[derive(Clone)]
 pub struct AppState {
     pub store: Store,
+    /// JWTs, when the data plane verifies them ([`RouterOptions::tokens`]).
+    tokens: plugin_sdk::access::TokenSlot,
     /// The bound on records of refused calls ([`refusals`]).
     refusals: std::sync::Arc<refusals::RefusalAudit>,
 }
@@ -311,6 +313,7 @@ pub fn router(store: Store) -> Router {
 pub fn router_with(store: Store, options: RouterOptions) -> Router {
     let state = AppState {
         store,
+        tokens: options.tokens.clone(),
         refusals: std::sync::Arc::new(refusals::RefusalAudit::new(
             options.refused_records_per_second,
         )),
@@ -386,18 +389,11 @@ impl FromRequest<AppState> for Ctx {
 
     async fn from_request(req: Request, state: &AppState) -> Result<Ctx> {
         let (mut parts, body) = req.into_parts();
-        let raw = API_KEY_HEADERS
-            .iter()
-            .find_map(|h| parts.headers.get(*h))
-            .map(|v| v.to_str().map(str::trim).unwrap_or(""))
-            .ok_or_else(|| {
-                AdminError::unauthorized("missing API key: send it in the x-gw-api-key header")
-            })?;
-        let principal = state.store.authenticate(raw).await?;
         let client = ClientAddr::from_request_parts(&mut parts, state)
             .await
             .unwrap_or(ClientAddr(None));
         let request_id = request_id(&parts.headers);
+        let principal = authenticate(state, &parts, &request_id, client).await?;
         let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
             .await
             .map_err(|_| {
@@ -423,6 +419,64 @@ impl FromRequest<AppState> for Ctx {
             uri,
             body,
         })
+    }
+}
+
+/// The caller: an API key in `x-gw-api-key`; or, when the data plane verifies JWTs, a token
+/// there or in `Authorization: Bearer`, which reads and lists its workspace's resources.
+async fn authenticate(
+    state: &AppState,
+    parts: &http::request::Parts,
+    request_id: &str,
+    client: ClientAddr,
+) -> Result<Principal> {
+    let header = |name: &str| {
+        parts
+            .headers
+            .get(name)
+            .map(|v| v.to_str().map(str::trim).unwrap_or(""))
+    };
+    let presented = API_KEY_HEADERS.iter().find_map(|h| header(h));
+    let verifier = state.tokens.get();
+    let bearer = || {
+        header("authorization")
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
+    };
+    let token = match (&verifier, presented) {
+        (Some(v), Some(p)) if v.looks_like_token(p) => Some(p),
+        (Some(v), None) => bearer().filter(|t| v.looks_like_token(t)),
+        _ => None,
+    };
+    match (verifier, token) {
+        (Some(verifier), Some(token)) => {
+            let ip = client.0.map(|ip| ip.to_string());
+            let uri = parts
+                .uri
+                .path_and_query()
+                .map_or_else(|| parts.uri.path(), |p| p.as_str());
+            let at = plugin_sdk::access::TokenRequest {
+                method: parts.method.as_str(),
+                uri,
+                request_id,
+                client_ip: ip.as_deref(),
+            };
+            let identity = verifier.verify(token, at).await.map_err(|refused| {
+                if refused.status == 403 {
+                    AdminError::forbidden(refused.message)
+                } else {
+                    AdminError::unauthorized(format!("invalid JWT: {}", refused.message))
+                }
+            })?;
+            state.store.token_principal(&identity).await
+        }
+        _ => {
+            let raw = presented.ok_or_else(|| {
+                AdminError::unauthorized("missing API key: send it in the x-gw-api-key header")
+            })?;
+            state.store.authenticate(raw).await
+        }
     }
 }
 

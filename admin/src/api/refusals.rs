@@ -39,18 +39,22 @@ use crate::time::{self, Timestamp};
 pub const DEFAULT_REFUSED_RECORDS_PER_SECOND: u32 = 20;
 
 /// How the router is built.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct RouterOptions {
     /// Refused calls (401, 403) recorded one by one in each second; the rest are counted and
     /// summarised. 0 records none one by one (only summaries). Default
     /// [`DEFAULT_REFUSED_RECORDS_PER_SECOND`].
     pub refused_records_per_second: u32,
+    /// The verifier of JWTs, when the data plane has `jwt:` settings: tokens then read and
+    /// list their workspace's resources. Default: empty (API keys only).
+    pub tokens: plugin_sdk::access::TokenSlot,
 }
 
 impl Default for RouterOptions {
     fn default() -> Self {
         RouterOptions {
             refused_records_per_second: DEFAULT_REFUSED_RECORDS_PER_SECOND,
+            tokens: plugin_sdk::access::TokenSlot::default(),
         }
     }
 }

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 
+use plugin_sdk::access::TokenIdentity;
 use sqlx::Row;
 
 use super::Store;
@@ -96,6 +97,64 @@ impl Store {
             access,
             scopes: Some(scopes),
             user_org_role,
+        })
+    }
+
+    /// The principal of a verified JWT (the data plane's `jwt:` settings and claims): a caller
+    /// confined to the token's workspace, like a workspace service key, that only reads and
+    /// lists (its `*.read`, `*.list` and `*.view` scopes; any other scope it carries is not
+    /// taken). 403 for a token without a workspace, or naming one the organisation claim does
+    /// not own or that does not exist.
+    pub async fn token_principal(&self, token: &TokenIdentity) -> Result<Principal> {
+        let named = token.workspace_id.as_deref().ok_or_else(|| {
+            AdminError::forbidden(
+                "a JWT reaches the control plane only within its workspace: the token names none",
+            )
+        })?;
+        // By id; by slug only within the organisation the token names.
+        let row = sqlx::query(
+            "SELECT id, organisation_id FROM workspaces
+             WHERE id = $1 OR (slug = $1 AND organisation_id = $2)",
+        )
+        .bind(named)
+        .bind(token.organisation_id.as_deref().unwrap_or(""))
+        .fetch_optional(self.db.pool())
+        .await?;
+        let refused = || {
+            AdminError::forbidden(format!(
+                "the token's workspace {named:?} is not one of this gateway"
+            ))
+        };
+        let row = row.ok_or_else(refused)?;
+        let workspace_id: String = row.try_get("id")?;
+        let organisation_id: String = row.try_get("organisation_id")?;
+        if token
+            .organisation_id
+            .as_deref()
+            .is_some_and(|org| org != organisation_id)
+        {
+            return Err(refused());
+        }
+        let scopes = token
+            .scopes
+            .iter()
+            .filter(|s| {
+                s.rsplit_once('.')
+                    .is_some_and(|(_, op)| matches!(op, "read" | "list" | "view"))
+            })
+            .cloned()
+            .collect();
+        Ok(Principal {
+            organisation_id,
+            key_id: None,
+            key_kind: Some(KeyKind::WorkspaceService),
+            user_id: None,
+            access: Access::Workspace {
+                workspace_id,
+                role: WorkspaceRole::Manager,
+            },
+            scopes: Some(scopes),
+            user_org_role: None,
         })
     }
 

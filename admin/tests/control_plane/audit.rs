@@ -387,6 +387,7 @@ async fn refused_records_are_bounded_and_summarised(db: TestDb) {
         app.store.clone(),
         admin::RouterOptions {
             refused_records_per_second: PER_SECOND,
+            ..admin::RouterOptions::default()
         },
     );
     let (_, weak) = scopeless_key(&app).await;

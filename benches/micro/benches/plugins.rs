@@ -183,6 +183,7 @@ impl Fixture {
             sink: fx.gw.control_plane.sink(),
             redis_url: None,
             egress: Default::default(),
+            tokens: Default::default(),
         };
         assert_eq!(
             build.access.rate_limit_policies().len(),

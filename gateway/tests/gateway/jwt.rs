@@ -132,3 +132,138 @@ async fn tokens_are_callers_with_their_own_limits_and_refusals_are_audited() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }
+
+/// The control plane takes the data plane's JWTs: a token reads and lists its own workspace's
+/// resources with the `*.read` / `*.list` scopes it carries, and nothing more; refused tokens
+/// are audited as on the data plane.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_control_plane_lets_tokens_read_their_workspace() {
+    let dir = TempDir::new("jwks");
+    let file = dir.0.join("jwks.json");
+    std::fs::write(&file, jwks()).unwrap();
+    let env = Env::start_with(&format!(
+        "pipeline:
+  - kind: auth
+    jwt: {{jwks_file: \"{}\", issuer: \"https://idp.test/\"}}
+  - kind: provider_select
+",
+        file.display()
+    ))
+    .await;
+    let ws = env.default_workspace().await;
+    let (status, other) = env
+        .admin_call(
+            Method::POST,
+            "/v1/admin/workspaces",
+            Some(ADMIN_KEY),
+            Some(json!({"name": "Other"})),
+        )
+        .await;
+    assert_eq!(status, 200, "{other}");
+    let other = other["id"].as_str().unwrap().to_owned();
+    for (name, workspace) in [("mine", &ws), ("theirs", &other)] {
+        let (status, body) = env
+            .admin_call(
+                Method::POST,
+                "/v1/configs",
+                Some(ADMIN_KEY),
+                Some(json!({"name": name, "config": {"provider": "openai"}, "workspace_id": workspace})),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let token = |workspace: Option<&str>, scope: &str, exp: i64| {
+        let mut claims = json!({"sub": "ann", "iss": "https://idp.test/", "exp": now() + exp,
+                                "scope": scope});
+        if let Some(ws) = workspace {
+            claims["workspace_id"] = json!(ws);
+        }
+        sign(RSA, &claims)
+    };
+    let reader = token(Some(&ws), "configs.list configs.read configs.create", 600);
+
+    // Its own workspace's configs, in x-gw-api-key or Authorization: Bearer.
+    let (status, body) = env
+        .admin_call(Method::GET, "/v1/configs", Some(&reader), None)
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["total"], 1, "{body}");
+    assert_eq!(body["data"][0]["name"], "mine");
+    let resp = env
+        .bare
+        .get(env.url("/v1/configs"))
+        .bearer_auth(&reader)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    // Not another workspace's, and no write even with a create scope; no scope, no read.
+    let (status, body) = env
+        .admin_call(
+            Method::GET,
+            &format!("/v1/configs?workspace_id={other}"),
+            Some(&reader),
+            None,
+        )
+        .await;
+    assert_eq!(status, 403, "{body}");
+    let (status, body) = env
+        .admin_call(
+            Method::POST,
+            "/v1/configs",
+            Some(&reader),
+            Some(json!({"name": "x", "config": {"provider": "openai"}})),
+        )
+        .await;
+    assert_eq!(status, 403, "{body}");
+    let (status, _) = env
+        .admin_call(Method::GET, "/v1/guardrails", Some(&reader), None)
+        .await;
+    assert_eq!(status, 403);
+    // A token without a workspace reaches nothing; an expired one is a 401, audited.
+    let (status, body) = env
+        .admin_call(
+            Method::GET,
+            "/v1/configs",
+            Some(&token(None, "configs.list", 600)),
+            None,
+        )
+        .await;
+    assert_eq!(status, 403, "{body}");
+    let expired = token(Some(&ws), "configs.list", -3600);
+    let (status, body) = env
+        .admin_call(Method::GET, "/v1/configs", Some(&expired), None)
+        .await;
+    assert_eq!(status, 401, "{body}");
+    assert!(
+        body["data"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("expired"),
+        "{body}"
+    );
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let (_, logs) = env
+            .admin_call(
+                Method::GET,
+                "/v1/audit-logs?start_time=2020-01-01T00:00:00Z&end_time=2100-01-01T00:00:00Z&action=auth.jwt_rejected",
+                Some(ADMIN_KEY),
+                None,
+            )
+            .await;
+        if logs["total"] == 1 {
+            let record = &logs["records"][0];
+            assert_eq!(record["uri"], "/v1/configs", "{logs}");
+            assert!(!logs.to_string().contains(expired.as_str()));
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{logs}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    // API keys work as before.
+    let (status, _) = env
+        .admin_call(Method::GET, "/v1/configs", Some(ADMIN_KEY), None)
+        .await;
+    assert_eq!(status, 200);
+}

@@ -49,7 +49,8 @@ use prometheus::{IntCounterVec, Opts};
 use serde_json::json;
 
 use plugin_sdk::access::{
-    AuthMethod, Budget, CountedUsage, Defaults, ScopedRateLimit, WorkspaceRecord,
+    AuthMethod, Budget, CountedUsage, Defaults, ScopedRateLimit, TokenIdentity, TokenRefusal,
+    TokenRequest, TokenVerifier, WorkspaceRecord,
 };
 use plugin_sdk::sinks::AuditEvent;
 use plugin_sdk::{
@@ -113,7 +114,7 @@ impl AuthMetrics {
 pub struct Auth {
     required: bool,
     access: Arc<dyn AccessStore>,
-    jwt: Option<JwtAuth>,
+    jwt: Option<Arc<JwtAuth>>,
     metrics: AuthMetrics,
 }
 
@@ -165,9 +166,13 @@ impl Auth {
     pub fn build(config: AuthConfig, cx: &BuildCx) -> Result<Auth, String> {
         let metrics = AuthMetrics::register(&cx.metrics)?;
         let jwt = match &config.jwt {
-            Some(jwt) => Some(JwtAuth::build(jwt, cx.sink.clone(), &metrics)?),
+            Some(jwt) => Some(Arc::new(JwtAuth::build(jwt, cx.sink.clone(), &metrics)?)),
             None => None,
         };
+        if let Some(jwt) = &jwt {
+            // The control plane verifies tokens with the same keys and claims.
+            cx.tokens.set(Arc::new(ControlPlaneTokens(jwt.clone())));
+        }
         Ok(Auth {
             required: config.required,
             access: cx.access.clone(),
@@ -372,29 +377,88 @@ impl Auth {
         } else {
             401
         };
-        jwt.audit().send(AuditEvent {
-            action: "auth.jwt_rejected".into(),
-            resource_type: "jwt".into(),
-            resource_id: kid.clone(),
-            organisation_id: None,
-            workspace_id: None,
-            user_id: None,
-            method: cx.method.as_str().to_owned(),
-            uri: cx.path.clone(),
-            request_id: cx.trace_id.clone(),
-            status,
-            client_ip: cx.client_ip.map(|ip| ip.to_string()),
-            details: json!({
-                "reason": failure.code(),
-                "message": message,
-                "kid": kid,
-                "route": cx.route.as_str(),
-            }),
-        });
+        let ip = cx.client_ip.map(|ip| ip.to_string());
+        let at = TokenRequest {
+            method: cx.method.as_str(),
+            uri: &cx.path,
+            request_id: &cx.trace_id,
+            client_ip: ip.as_deref(),
+        };
+        jwt.audit()
+            .send(refusal_event(&failure, kid, status, at, cx.route.as_str()));
         if status == 403 {
             forbidden(message)
         } else {
             unauthorized(format!("invalid JWT: {message}"))
+        }
+    }
+}
+
+/// The audit event of a refused token (`auth.jwt_rejected`), without the token.
+fn refusal_event(
+    failure: &Failure,
+    kid: Option<String>,
+    status: u16,
+    at: TokenRequest<'_>,
+    route: &str,
+) -> AuditEvent {
+    AuditEvent {
+        action: "auth.jwt_rejected".into(),
+        resource_type: "jwt".into(),
+        resource_id: kid.clone(),
+        organisation_id: None,
+        workspace_id: None,
+        user_id: None,
+        method: at.method.to_owned(),
+        uri: at.uri.to_owned(),
+        request_id: at.request_id.to_owned(),
+        status,
+        client_ip: at.client_ip.map(str::to_owned),
+        details: json!({
+            "reason": failure.code(),
+            "message": failure.message(),
+            "kid": kid,
+            "route": route,
+        }),
+    }
+}
+
+/// The control plane's view of the plugin's JWTs: the same keys, checks and claims; a
+/// refusal is audited as on the data plane (route `control_plane`). No scope is required
+/// here: the control plane decides what the token's scopes allow.
+struct ControlPlaneTokens(Arc<JwtAuth>);
+
+#[async_trait]
+impl TokenVerifier for ControlPlaneTokens {
+    fn looks_like_token(&self, credential: &str) -> bool {
+        jwt::looks_like_jwt(credential)
+    }
+
+    async fn verify(
+        &self,
+        token: &str,
+        at: TokenRequest<'_>,
+    ) -> Result<TokenIdentity, TokenRefusal> {
+        let jwt = &self.0;
+        let checked = match jwt.verify(token).await {
+            Ok(v) => jwt.identity(&v.claims).map_err(|f| (f, v.kid)),
+            Err(refused) => Err(refused),
+        };
+        match checked {
+            Ok(identity) => Ok(TokenIdentity {
+                organisation_id: identity.organisation_id,
+                workspace_id: identity.workspace_id,
+                user: identity.user,
+                scopes: identity.scopes,
+            }),
+            Err((failure, kid)) => {
+                jwt.audit()
+                    .send(refusal_event(&failure, kid, 401, at, "control_plane"));
+                Err(TokenRefusal {
+                    status: 401,
+                    message: failure.message(),
+                })
+            }
         }
     }
 }
