@@ -21,6 +21,7 @@ pub mod routing;
 pub mod server;
 pub mod sse;
 pub mod stores;
+pub mod tokens;
 pub mod upstream;
 
 pub use config::{GatewayConfig, Overrides};

@@ -74,6 +74,9 @@ async fn run(gw: &Gateway, session: &mut Session, cx: &mut RequestCx) -> Result<
         Box::pin(respond::plugin(session, cx, r)).await;
         return Ok(());
     }
+    // Counted once the caller is known and within its limits (a target's `override_params`
+    // naming another model is checked when it is encoded).
+    crate::tokens::check(&cx.request)?;
     // The plan stays in `cx` for later phases; only what the call needs is copied out of it.
     let plan = match &cx.plan {
         Some(RoutePlan::Single(target)) => RoutePlan::Single(target.clone()),
@@ -531,6 +534,9 @@ fn encode(
     } else {
         raw = openai::encode_body(&cx.body, overrides)?;
         overridden = LlmRequest::decode(cx.route, &raw)?;
+        if overridden.model() != cx.request.model() {
+            crate::tokens::check(&overridden)?;
+        }
         &overridden
     };
     let outgoing = Outgoing {

@@ -61,10 +61,25 @@ async fn embeddings_and_moderation_rules() {
             json!({"model": "e", "input": "x", "dimensions": 0}),
             "dimensions",
         ),
+        // " a" is one cl100k token: 8193 of them are one too many for the older model.
+        (
+            json!({"model": "text-embedding-ada-002", "input": ["ok", " a".repeat(8193)]}),
+            "input",
+        ),
     ] {
         let resp = env.post("/v1/embeddings").json(&body).send().await.unwrap();
         expect_error(resp, 400, Some(param)).await;
     }
+    assert!(env.mock.requests().is_empty());
+    let at_most = json!({"model": "text-embedding-ada-002", "input": " a".repeat(8192)});
+    let resp = env
+        .post("/v1/embeddings")
+        .json(&at_most)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(env.mock.request_count(), 1);
     let resp = env
         .post("/v1/moderations")
         .json(&json!({"input": "x", "model": ""}))
@@ -80,7 +95,11 @@ async fn embeddings_and_moderation_rules() {
         .await
         .unwrap();
     expect_error(resp, 400, Some("limit")).await;
-    assert!(env.mock.requests().is_empty());
+    assert_eq!(
+        env.mock.request_count(),
+        1,
+        "only the valid request went through"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

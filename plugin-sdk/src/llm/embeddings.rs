@@ -74,8 +74,8 @@ impl EmbeddingsRequest {
                 ),
             ));
         }
-        // Token arrays are counted exactly. Text would need the model's tokenizer, which the
-        // gateway does not carry: the provider counts it.
+        // Token arrays are counted here, as decoded; text is counted with the model's
+        // tokenizer by the gateway once the caller is authenticated (`gateway::tokens`).
         if self.model.as_deref() == Some(OLDER_MODEL) {
             let longest = match &self.input {
                 EmbeddingInput::Tokens(t) => t.len(),
