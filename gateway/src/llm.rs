@@ -51,6 +51,31 @@ const PROVIDER_HEADERS: [HeaderName; 4] = [
     HeaderName::from_static("anthropic-beta"),
 ];
 
+/// Google's header choosing how a Vertex AI request is served against Provisioned
+/// Throughput: `dedicated` (only the provisioned throughput; over it, a 429) or `shared` (only
+/// pay-as-you-go); absent, Vertex spills over from the first to the second.
+const VERTEX_REQUEST_TYPE: HeaderName = HeaderName::from_static("x-vertex-ai-llm-request-type");
+
+/// The client's Vertex request type, checked, for a Vertex AI target (other targets never
+/// get it). Another value is a 400 naming the header.
+fn vertex_request_type(client: &HeaderMap) -> Result<Option<HeaderValue>, GatewayError> {
+    let Some(v) = client.get(&VERTEX_REQUEST_TYPE) else {
+        return Ok(None);
+    };
+    match v.to_str().map(|s| s.trim().to_ascii_lowercase()).as_deref() {
+        Ok(kind @ ("dedicated" | "shared")) => {
+            Ok(Some(HeaderValue::from_str(kind).map_err(|_| {
+                GatewayError::internal("a request type is a valid header value")
+            })?))
+        }
+        _ => Err(GatewayError::invalid_param(
+            VERTEX_REQUEST_TYPE.as_str(),
+            "must be dedicated (Provisioned Throughput only) or shared (pay-as-you-go only); \
+             leave it out to spill over from the first to the second",
+        )),
+    }
+}
+
 /// Handles one LLM request to the end; every failure becomes an error response.
 pub async fn handle(gw: &Gateway, session: &mut Session, cx: &mut RequestCx) {
     if let Err(e) = run(gw, session, cx).await {
@@ -463,7 +488,8 @@ async fn deliver(
     let Some(body) = body else {
         // Boxed: only streams pay for the relay's state.
         let translator = providers::stream(&call);
-        return Box::pin(relay_stream(gw, session, cx, exchange, translator)).await;
+        let waive = call.waive_provisioned_cost;
+        return Box::pin(relay_stream(gw, session, cx, exchange, translator, waive)).await;
     };
     cx.response.upstream_latency = Some(exchange.latency);
     let status = exchange.header().status;
@@ -485,6 +511,9 @@ async fn deliver(
         cx.response.model = decoded.model;
     }
     cx.response.usage = decoded.usage;
+    if decoded.provisioned && call.waive_provisioned_cost {
+        waive_cost(cx);
+    }
     if call.format != WireFormat::OpenAi {
         headers.insert(
             http::header::CONTENT_TYPE,
@@ -502,6 +531,13 @@ async fn deliver(
     }
     Box::pin(write_whole(session, cx, parts)).await;
     Ok(())
+}
+
+/// An answer served from Provisioned Throughput through an integration with
+/// `skipPtuCostAttribution`: it costs nothing more than the capacity paid for.
+fn waive_cost(cx: &mut RequestCx) {
+    cx.response.cost_waived = true;
+    cx.response.cost = Some(0.0);
 }
 
 /// Whether the client asked for strictly OpenAI-shaped answers (no `content_blocks`).
@@ -596,6 +632,11 @@ fn encode(
     for name in PROVIDER_HEADERS {
         if let Some(v) = cx.headers.get(&name) {
             headers.insert(name, v.clone());
+        }
+    }
+    if resolved.spec.id == "vertex-ai" {
+        if let Some(v) = vertex_request_type(&cx.headers)? {
+            headers.insert(VERTEX_REQUEST_TYPE, v);
         }
     }
     for name in cx
@@ -708,6 +749,7 @@ async fn relay_stream(
     cx: &mut RequestCx,
     mut exchange: Exchange,
     mut translator: Option<Box<dyn StreamDecoder>>,
+    waive_provisioned_cost: bool,
 ) -> Result<(), GatewayError> {
     cx.response.upstream_latency = Some(exchange.latency);
     cx.response.streamed = true;
@@ -764,6 +806,9 @@ async fn relay_stream(
         };
         if let Some(t) = translator.as_ref() {
             cx.response.usage = t.usage();
+            if t.provisioned() && waive_provisioned_cost && !cx.response.cost_waived {
+                waive_cost(cx);
+            }
             if cx.response.model.is_none() {
                 cx.response.model = t.model().map(str::to_owned);
             }

@@ -65,6 +65,10 @@ pub struct ResponseInfo {
     pub usage: Option<Usage>,
     /// The answer's cost in US dollars from the price table, once usage is known.
     pub cost: Option<f64>,
+    /// The answer was served from capacity paid for in advance (Vertex AI's Provisioned
+    /// Throughput) through a saved provider whose integration says `skipPtuCostAttribution`:
+    /// its cost is 0, whatever the price table says. Set by the gateway.
+    pub cost_waived: bool,
     /// Time from sending the upstream request to its response header.
     pub upstream_latency: Option<Duration>,
     /// Whether the answer was relayed as a server-sent event stream.

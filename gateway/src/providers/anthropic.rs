@@ -306,6 +306,7 @@ pub fn summarize(body: &[u8]) -> (Option<String>, Option<Usage>) {
 pub fn decode(call: &CallInfo, body: &[u8]) -> Result<Decoded, GatewayError> {
     let (body, usage, model) = decode_chat(call.provider, body, call.strict)?;
     Ok(Decoded {
+        provisioned: false,
         body,
         model: Some(model).filter(|m| !m.is_empty()),
         usage: Some(usage),

@@ -94,6 +94,7 @@ pub fn decode(call: &CallInfo, body: &[u8]) -> Result<Decoded, GatewayError> {
         }
     };
     Ok(Decoded {
+        provisioned: false,
         body,
         model: call.named_model(),
         usage: Some(usage),
@@ -581,6 +582,7 @@ mod tests {
             include_usage,
             base64_embeddings: false,
             strict: false,
+            waive_provisioned_cost: false,
         }
     }
 

@@ -437,6 +437,7 @@ fn decode_chat(call: &CallInfo, answer: &Value) -> Result<Decoded, GatewayError>
         .to_owned();
     let body = chunks::completion(&id, &model, message, json!(finish), usage);
     Ok(Decoded {
+        provisioned: provisioned(&answer["usageMetadata"]),
         body,
         model: Some(model),
         usage: Some(usage),
@@ -478,6 +479,7 @@ fn decode_embeddings(call: &CallInfo, answer: &Value) -> Result<Decoded, Gateway
         return Err(bad("the answer has neither embeddings nor predictions"));
     };
     Ok(Decoded {
+        provisioned: false,
         body: chunks::embeddings(&call.model, vectors, usage),
         model: Some(call.model.clone()),
         usage: Some(usage),
@@ -530,6 +532,11 @@ fn finish_reason(reason: Option<&str>, calls_functions: bool) -> &'static str {
     }
 }
 
+/// Whether Vertex AI served the answer from Provisioned Throughput (`trafficType`).
+fn provisioned(meta: &Value) -> bool {
+    meta["trafficType"].as_str() == Some("PROVISIONED_THROUGHPUT")
+}
+
 fn usage_of(meta: &Value) -> Usage {
     Usage {
         prompt_tokens: meta["promptTokenCount"].as_u64().unwrap_or(0),
@@ -554,6 +561,8 @@ pub struct StreamTranslator {
     /// Tool calls streamed so far; the next one gets this index.
     tools: usize,
     usage: Option<Usage>,
+    /// Vertex AI said it served the stream from Provisioned Throughput.
+    provisioned: bool,
     /// The latest `finishReason`.
     finish: Option<String>,
     /// The prompt was blocked (`promptFeedback.blockReason` with no candidates).
@@ -568,6 +577,7 @@ impl StreamTranslator {
             started: false,
             tools: 0,
             usage: None,
+            provisioned: false,
             finish: None,
             blocked: false,
         }
@@ -606,6 +616,7 @@ impl EventTranslator for StreamTranslator {
         }
         if let Some(meta) = event.get("usageMetadata") {
             self.usage = Some(usage_of(meta));
+            self.provisioned |= provisioned(meta);
         }
         let candidate = event["candidates"].as_array().and_then(|c| c.first());
         let Some(candidate) = candidate else {
@@ -658,6 +669,10 @@ impl EventTranslator for StreamTranslator {
     fn model(&self) -> Option<&str> {
         self.writer.known_model()
     }
+
+    fn provisioned(&self) -> bool {
+        self.provisioned
+    }
 }
 
 #[cfg(test)]
@@ -692,6 +707,7 @@ mod tests {
             include_usage,
             base64_embeddings: false,
             strict: false,
+            waive_provisioned_cost: false,
         }
     }
 

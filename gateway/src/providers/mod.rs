@@ -71,6 +71,7 @@ impl Outgoing<'_> {
             base64_embeddings: matches!(self.request,
                 LlmRequest::Embeddings(e) if e.encoding_format.as_deref() == Some("base64")),
             strict: self.strict,
+            waive_provisioned_cost: self.target.setting("skipPtuCostAttribution") == Some("true"),
         }
     }
 }
@@ -119,6 +120,9 @@ pub struct CallInfo {
     /// them (the OpenAI SDKs ask for this by default).
     pub base64_embeddings: bool,
     pub strict: bool,
+    /// The saved provider's integration says `skipPtuCostAttribution`: an answer served from
+    /// Provisioned Throughput costs nothing more.
+    pub waive_provisioned_cost: bool,
 }
 
 impl CallInfo {
@@ -135,6 +139,8 @@ pub struct Decoded {
     pub body: Bytes,
     pub model: Option<String>,
     pub usage: Option<Usage>,
+    /// Served from capacity reserved in advance (Vertex AI's Provisioned Throughput).
+    pub provisioned: bool,
 }
 
 /// A provider's answer stream, translated into OpenAI's `chat.completion.chunk` events as it is
@@ -150,6 +156,10 @@ pub trait StreamDecoder: Send {
     fn usage(&self) -> Option<Usage>;
     /// The model the stream reported, if any.
     fn model(&self) -> Option<&str>;
+    /// Whether the stream said it was served from reserved capacity. Default: no.
+    fn provisioned(&self) -> bool {
+        false
+    }
 }
 
 /// Turns one server-sent event's `data` at a time into OpenAI SSE text. Formats whose streams
@@ -161,6 +171,9 @@ pub trait EventTranslator: Send {
     fn end(&mut self, out: &mut String);
     fn usage(&self) -> Option<Usage>;
     fn model(&self) -> Option<&str>;
+    fn provisioned(&self) -> bool {
+        false
+    }
 }
 
 /// A [`StreamDecoder`] over server-sent events: whole events are cut from the reads and their
@@ -212,6 +225,10 @@ impl<T: EventTranslator> StreamDecoder for SseDecoder<T> {
     fn model(&self) -> Option<&str> {
         self.translator.model()
     }
+
+    fn provisioned(&self) -> bool {
+        self.translator.provisioned()
+    }
 }
 
 /// Encodes a request for its target's wire format.
@@ -233,12 +250,22 @@ pub fn decode(call: &CallInfo, body: Bytes) -> Result<Decoded, GatewayError> {
     if call.route == Route::Messages {
         // The client speaks Anthropic's format: its answer goes back as it came.
         let (model, usage) = anthropic::summarize(&body);
-        return Ok(Decoded { body, model, usage });
+        return Ok(Decoded {
+            provisioned: false,
+            body,
+            model,
+            usage,
+        });
     }
     let decoded = match call.format {
         WireFormat::OpenAi => {
             let (model, usage) = openai::summarize_answer(&body);
-            return Ok(Decoded { body, model, usage });
+            return Ok(Decoded {
+                provisioned: false,
+                body,
+                model,
+                usage,
+            });
         }
         WireFormat::Anthropic => anthropic::decode(call, &body),
         WireFormat::Gemini => gemini::decode(call, &body),
@@ -247,6 +274,7 @@ pub fn decode(call: &CallInfo, body: Bytes) -> Result<Decoded, GatewayError> {
     }?;
     if call.route == Route::Embeddings && call.base64_embeddings {
         return Ok(Decoded {
+            provisioned: false,
             body: chunks::embeddings_to_base64(&decoded.body)?,
             ..decoded
         });

@@ -4,7 +4,7 @@
 
 use serde_json::{json, Value};
 
-use crate::common::expect_error;
+use crate::common::{expect_error, Env};
 use crate::providers::{env, request, AZURE, BEDROCK, COHERE, GEMINI, VERTEX};
 
 fn hi(model: &str) -> Value {
@@ -134,6 +134,39 @@ async fn vertex_addresses_project_and_region_and_serves_claude() {
         "/v1/projects/proj-1/locations/us-central1/publishers/google/models/gemini-2.0-flash:generateContent"
     );
     assert_eq!(seen.header("authorization"), Some("Bearer ya29.token"));
+    assert_eq!(seen.header("x-vertex-ai-llm-request-type"), None);
+
+    // Google's request type goes to Vertex, checked; never to another provider.
+    for (sent, forwarded) in [("dedicated", "dedicated"), ("Shared", "shared")] {
+        env.mock.clear_requests();
+        let resp = request(&env, &VERTEX, "/v1/chat/completions")
+            .header("x-vertex-ai-llm-request-type", sent)
+            .json(&hi("gemini-2.0-flash"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+        let seen = &env.mock.requests()[0];
+        assert_eq!(seen.header("x-vertex-ai-llm-request-type"), Some(forwarded));
+    }
+    let resp = request(&env, &VERTEX, "/v1/chat/completions")
+        .header("x-vertex-ai-llm-request-type", "priority")
+        .json(&hi("gemini-2.0-flash"))
+        .send()
+        .await
+        .unwrap();
+    expect_error(resp, 400, Some("x-vertex-ai-llm-request-type")).await;
+    env.mock.clear_requests();
+    let resp = request(&env, &GEMINI, "/v1/chat/completions")
+        .header("x-vertex-ai-llm-request-type", "dedicated")
+        .json(&hi("gemini-2.0-flash"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let seen = &env.mock.requests()[0];
+    assert_eq!(seen.header("x-vertex-ai-llm-request-type"), None);
+    env.mock.clear_requests();
 
     // Anthropic's models on Vertex speak Anthropic's format.
     let resp = request(&env, &VERTEX, "/v1/chat/completions")
@@ -155,7 +188,7 @@ async fn vertex_addresses_project_and_region_and_serves_claude() {
         })
         .collect();
     assert_eq!(content, "mock reply to: hello claude", "{text}");
-    let seen = &env.mock.requests()[1];
+    let seen = &env.mock.requests()[0];
     assert!(
         seen.path.ends_with(
             "/publishers/anthropic/models/claude-3-5-sonnet-v2@20241022:streamRawPredict"
@@ -367,4 +400,62 @@ async fn anthropic_format_is_refused_for_providers_that_do_not_speak_it() {
         .unwrap();
     expect_error(resp, 400, Some("max_tokens")).await;
     assert_eq!(env.mock.request_count(), 0);
+}
+
+/// The cost counted for Vertex AI answers (`gw_cost_usd_total`), 0 when none was.
+async fn vertex_cost(env: &Env) -> f64 {
+    env.metrics()
+        .await
+        .lines()
+        .filter(|l| l.starts_with("gw_cost_usd_total{") && l.contains("provider=\"vertex-ai\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// `skipPtuCostAttribution` on a Vertex AI integration: an answer Vertex served from
+/// Provisioned Throughput (its `usageMetadata.trafficType`) costs nothing, whole or streamed;
+/// a pay-as-you-go answer is priced as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provisioned_throughput_answers_cost_nothing_when_the_integration_says_so() {
+    let env = env().await;
+    let (status, made) = env
+        .admin_call(
+            reqwest::Method::POST,
+            "/v1/integrations",
+            Some(crate::common::ADMIN_KEY),
+            Some(
+                json!({"name": "Vertex PTU", "ai_provider_id": "vertex-ai", "key": "ya29.token",
+                "configurations": {"vertex_project_id": "proj-1", "vertex_region": "us-central1",
+                                   "skipPtuCostAttribution": true}}),
+            ),
+        )
+        .await;
+    assert_eq!(status, 200, "{made}");
+    let provider = format!("@{}", made["default_provider_slug"].as_str().unwrap());
+    let ask = |dedicated: bool, stream: bool| {
+        let mut body = hi("gemini-2.0-flash");
+        if stream {
+            body["stream"] = json!(true);
+        }
+        let mut req = env
+            .gw_post("/v1/chat/completions")
+            .header("x-gw-provider", provider.as_str());
+        if dedicated {
+            req = req.header("x-vertex-ai-llm-request-type", "dedicated");
+        }
+        async move {
+            let resp = req.json(&body).send().await.unwrap();
+            assert_eq!(resp.status(), 200);
+            resp.text().await.unwrap()
+        }
+    };
+    ask(true, false).await;
+    ask(true, true).await;
+    assert_eq!(
+        vertex_cost(&env).await,
+        0.0,
+        "Provisioned Throughput is paid for"
+    );
+    ask(false, false).await;
+    assert!(vertex_cost(&env).await > 0.0, "pay-as-you-go is priced");
 }

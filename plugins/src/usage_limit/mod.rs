@@ -549,10 +549,15 @@ impl UsageLimitPlugin {
     }
 
     /// Sets `cx.response.cost` once the usage is known (again when it changes mid-stream).
+    /// An answer whose cost the gateway waived (Provisioned Throughput) stays at 0.
     fn note_cost(&self, cx: &mut RequestCx) {
         let Some(usage) = cx.response.usage else {
             return;
         };
+        if cx.response.cost_waived {
+            cx.response.cost = Some(0.0);
+            return;
+        }
         if cx.extensions.get::<Priced>().is_some_and(|p| p.0 == usage) {
             return;
         }

@@ -214,13 +214,15 @@ pub(super) fn handle(
     let reply = Reply::new(&req, ctx.faults.words);
     let prompt_tokens = prompt_words(req.system, req.contents);
     let id = format!("mock-{}", ctx.shared.next_id());
+    let traffic = traffic_type(ctx, api);
 
     if !stream {
         let reply_words = reply.word_count();
         let text = reply.text();
         let response = GenerateResponse {
             candidates: candidates(&reply, text, req.candidate_count, true),
-            usage_metadata: Usage::new(prompt_tokens, reply_words * req.candidate_count),
+            usage_metadata: Usage::new(prompt_tokens, reply_words * req.candidate_count)
+                .traffic(traffic),
             model_version: model,
             response_id: &id,
         };
@@ -242,6 +244,7 @@ pub(super) fn handle(
         starts,
         candidate_count: req.candidate_count,
         prompt_tokens,
+        traffic,
         step: 0,
         steps,
     };
@@ -892,6 +895,9 @@ struct Usage {
     #[serde(skip_serializing_if = "is_zero")]
     candidates_token_count: u64,
     total_token_count: u64,
+    /// Vertex AI only: `PROVISIONED_THROUGHPUT` or `ON_DEMAND`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    traffic_type: Option<&'static str>,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -904,8 +910,34 @@ impl Usage {
             prompt_token_count: prompt,
             candidates_token_count: candidates,
             total_token_count: prompt + candidates,
+            traffic_type: None,
         }
     }
+
+    fn traffic(self, traffic_type: Option<&'static str>) -> Self {
+        Usage {
+            traffic_type,
+            ..self
+        }
+    }
+}
+
+/// The `trafficType` Vertex AI reports: `PROVISIONED_THROUGHPUT` when the request asked for
+/// it only (`X-Vertex-AI-LLM-Request-Type: dedicated`; the mock has reserved capacity to
+/// spare), `ON_DEMAND` otherwise. The Gemini API reports none.
+fn traffic_type(ctx: &Ctx<'_>, api: Api) -> Option<&'static str> {
+    if !matches!(api, Api::Vertex) {
+        return None;
+    }
+    let dedicated = ctx
+        .headers
+        .get("x-vertex-ai-llm-request-type")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"dedicated"));
+    Some(if dedicated {
+        "PROVISIONED_THROUGHPUT"
+    } else {
+        "ON_DEMAND"
+    })
 }
 
 /// `count` candidates showing `text` (the reply or a piece of it), with
@@ -954,6 +986,7 @@ struct GenerateStream {
     starts: Vec<usize>,
     candidate_count: u64,
     prompt_tokens: u64,
+    traffic: Option<&'static str>,
     step: usize,
     steps: usize,
 }
@@ -1000,7 +1033,8 @@ impl Iterator for GenerateStream {
         };
         let response = GenerateResponse {
             candidates: candidates(&self.reply, piece, self.candidate_count, last),
-            usage_metadata: Usage::new(self.prompt_tokens, words * self.candidate_count),
+            usage_metadata: Usage::new(self.prompt_tokens, words * self.candidate_count)
+                .traffic(self.traffic),
             model_version: &self.model,
             response_id: &self.id,
         };
@@ -1130,6 +1164,7 @@ mod tests {
             starts: starts.clone(),
             candidate_count: 1,
             prompt_tokens: 2,
+            traffic: None,
             step: 0,
             steps,
         };

@@ -286,6 +286,7 @@ pub fn decode(call: &CallInfo, body: &[u8]) -> Result<Decoded, GatewayError> {
     // Converse answers carry no id: the completion gets a fresh one.
     let id = chunks::new_id();
     Ok(Decoded {
+        provisioned: false,
         body: chunks::completion(&id, &call.model, message, json!(finish), usage),
         model: call.named_model(),
         usage: Some(usage),
@@ -482,6 +483,7 @@ mod tests {
             include_usage,
             base64_embeddings: false,
             strict,
+            waive_provisioned_cost: false,
         }
     }
 

@@ -255,6 +255,7 @@ fn decode_embeddings(call: &CallInfo, body: &[u8]) -> Result<Decoded, GatewayErr
         }
     };
     Ok(Decoded {
+        provisioned: false,
         body: chunks::embeddings(&call.model, vectors, usage),
         model: call.named_model(),
         usage: Some(usage),
@@ -281,6 +282,7 @@ mod tests {
             include_usage: false,
             base64_embeddings: false,
             strict: false,
+            waive_provisioned_cost: false,
         }
     }
 
