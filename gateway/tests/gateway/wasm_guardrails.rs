@@ -532,3 +532,88 @@ fn an_example_refuses_a_bad_config_at_start() {
     assert!(errors.starts_with("pipeline[1].config: "), "{errors}");
     assert!(errors.contains("word"), "{errors}");
 }
+
+/// A 0.2.0 guardrail sees the arguments of tool calls, and `/v1/messages` is checked like chat,
+/// both ways and in streams. (The scripted fallback is a 0.1.0 component, which sees text only:
+/// then only what it can see is asserted.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_calls_and_the_messages_route_are_checked() {
+    let env = start("topics", "banned_topics", topics(), "deny", &[]).await;
+    // An earlier assistant turn calling a tool with a banned word in its arguments.
+    let body = json!({"model": "m", "messages": [
+        {"role": "user", "content": "what is next?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+            "function": {"name": "lookup", "arguments": "{\"project\": \"falcon\"}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "nothing found"}]});
+    let resp = env.chat(body).await;
+    let status = resp.status().as_u16();
+    if built().is_some() {
+        assert_eq!(status, 446, "{}", resp.text().await.unwrap());
+    }
+    let messages = |side_body: Value| {
+        env.gw_post("/v1/messages")
+            .header("x-gw-provider", "anthropic")
+            .header("x-gw-custom-host", env.mock.base_url())
+            .header("authorization", "Bearer sk-ant")
+            .json(&side_body)
+            .send()
+    };
+    let before = env.mock.request_count();
+    let resp = messages(json!({"model": "claude-test", "max_tokens": 20,
+        "system": "mind the falcon",
+        "messages": [{"role": "user", "content": "hi"}]}))
+    .await
+    .unwrap();
+    assert_eq!(resp.status(), 446);
+    assert_eq!(
+        env.mock.request_count(),
+        before,
+        "refused before the provider"
+    );
+    if built().is_some() {
+        let resp = messages(
+            json!({"model": "claude-test", "max_tokens": 20, "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "tu_1", "name": "lookup",
+                "input": {"project": "secret plan"}}]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "tu_1",
+                "content": "ok"}]}]}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(resp.status(), 446, "tool_use input is read");
+    }
+
+    // The output side on /v1/messages: the mock echoes the question into its answer.
+    let env = start(
+        "topics_out",
+        "banned_topics",
+        topics(),
+        "deny",
+        &["side: output"],
+    )
+    .await;
+    let ask = |stream: bool| {
+        env.gw_post("/v1/messages")
+            .header("x-gw-provider", "anthropic")
+            .header("x-gw-custom-host", env.mock.base_url())
+            .header("authorization", "Bearer sk-ant")
+            .json(
+                &json!({"model": "claude-test", "max_tokens": 50, "stream": stream,
+                "messages": [{"role": "user", "content": "say falcon"}]}),
+            )
+            .send()
+    };
+    let resp = ask(false).await.unwrap();
+    assert_eq!(resp.status(), 446);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(check(&body, "after_request_hooks")["id"], "wasm.topics_out");
+    let resp = ask(true).await.unwrap();
+    assert_eq!(resp.status(), 200, "the status went out before the answer");
+    let text = resp.text().await.unwrap();
+    assert!(text.contains("\"hooks_failed\""), "{text}");
+    assert!(
+        !text.contains("\"message_stop\""),
+        "the stream ends with the refusal: {text}"
+    );
+}

@@ -29,8 +29,10 @@
 //! operator's config, then one check. A stream keeps its instance (and a [`Stream`]) until it
 //! ends. A panic traps the instance; its message reaches the gateway's log.
 //!
-//! The world is `gateway:guardrail/guardrail-plugin@0.1.0`
-//! (`plugin-sdk/wit/guardrail/v0.1.0/world.wit`).
+//! The world is `gateway:guardrail/guardrail-plugin@0.2.0`
+//! (`plugin-sdk/wit/guardrail/v0.2.0/world.wit`): a request's messages come with their tool
+//! calls and the API it came in by (chat completions or Anthropic's Messages), an answer with its
+//! tool calls, and a stream with the pieces of its tool calls' arguments.
 
 extern crate self as gateway_guardrail;
 
@@ -38,7 +40,7 @@ extern crate self as gateway_guardrail;
 #[doc(hidden)]
 pub mod bindings {
     wit_bindgen::generate!({
-        path: "../wit/guardrail/v0.1.0",
+        path: "../wit/guardrail/v0.2.0",
         world: "guardrail-plugin",
         pub_export_macro: true,
         export_macro_name: "__export_guardrail_world",
@@ -49,14 +51,18 @@ pub mod bindings {
 
 use std::cell::RefCell;
 
-pub use bindings::exports::gateway::guardrail::guardrail::{ChatRequest, Message, Verdict};
+pub use bindings::exports::gateway::guardrail::guardrail::{
+    Answer, Api, ChatRequest, Message, ToolCall, Verdict,
+};
 pub use bindings::gateway::guardrail::host::Level;
 
 /// A guardrail. Every check defaults to [`Verdict::Allow`].
 ///
 /// - `check_request` may return `Deny` or `RewriteMessages` (every message of the request, in
 ///   order and with the same roles, with new content).
-/// - `check_response` may return `Deny` or `RewriteText` (the answer's new text).
+/// - `check_answer` (by default `check_response` on the answer's text) may return `Deny` or
+///   `RewriteText` (the answer's new text).
+/// - `check_stream_tool_arguments` may return `Deny` (arguments are not rewritten).
 /// - `check_stream_delta` may return `Deny` or `RewriteText` (what to send instead of the
 ///   delta: an empty text holds it back); `check_stream_end` may return `Deny` or
 ///   `RewriteText` (text to send before the stream ends).
@@ -80,6 +86,12 @@ pub trait Guardrail: Default + 'static {
         Verdict::Allow
     }
 
+    /// Checks one choice of a complete answer, its tool calls included. Default:
+    /// [`Guardrail::check_response`] on its text.
+    fn check_answer(&self, request: &ChatRequest, answer: &Answer) -> Verdict {
+        self.check_response(request, &answer.text)
+    }
+
     /// Checks a piece of a streamed answer; `stream.text` already ends with `delta`.
     /// Default: allow.
     fn check_stream_delta(&self, stream: &mut Stream, delta: &str) -> Verdict {
@@ -87,10 +99,26 @@ pub trait Guardrail: Default + 'static {
         Verdict::Allow
     }
 
-    /// Called once when the stream ends. Default: [`Guardrail::check_response`] on the whole
-    /// text, keeping only a `Deny` (the text has already been sent, so a rewrite cannot apply).
+    /// Checks a piece of a streamed tool call's arguments; `stream.tool_calls[index]` already
+    /// ends with `delta`. Default: allow.
+    fn check_stream_tool_arguments(
+        &self,
+        stream: &mut Stream,
+        index: usize,
+        delta: &str,
+    ) -> Verdict {
+        let _ = (stream, index, delta);
+        Verdict::Allow
+    }
+
+    /// Called once when the stream ends. Default: [`Guardrail::check_answer`] on the whole
+    /// answer, keeping only a `Deny` (the text has already been sent, so a rewrite cannot apply).
     fn check_stream_end(&self, stream: &mut Stream) -> Verdict {
-        match self.check_response(&stream.request, &stream.text) {
+        let answer = Answer {
+            text: stream.text.clone(),
+            tool_calls: stream.tool_calls.clone(),
+        };
+        match self.check_answer(&stream.request, &answer) {
             Verdict::Deny(reason) => Verdict::Deny(reason),
             _ => Verdict::Allow,
         }
@@ -104,6 +132,9 @@ pub struct Stream {
     pub request: ChatRequest,
     /// All the text pushed so far.
     pub text: String,
+    /// The tool calls streamed so far, by their index: name and arguments as pushed (ids are
+    /// not streamed: empty).
+    pub tool_calls: Vec<ToolCall>,
     /// Free for the guardrail: how far into `text` it has dealt with (starts at 0).
     pub cursor: usize,
 }
@@ -172,6 +203,7 @@ pub mod __private {
                 stream: RefCell::new(Stream {
                     request,
                     text: String::new(),
+                    tool_calls: Vec::new(),
                     cursor: 0,
                 }),
                 _guardrail: std::marker::PhantomData,
@@ -182,6 +214,23 @@ pub mod __private {
             let mut stream = self.stream.borrow_mut();
             stream.text.push_str(&delta);
             with::<G, _>(|g| g.check_stream_delta(&mut stream, &delta))
+        }
+
+        fn push_tool_arguments(&self, index: u32, name: Option<String>, delta: String) -> Verdict {
+            let mut stream = self.stream.borrow_mut();
+            let index = index as usize;
+            while stream.tool_calls.len() <= index {
+                stream.tool_calls.push(ToolCall {
+                    id: String::new(),
+                    name: String::new(),
+                    arguments: String::new(),
+                });
+            }
+            if let Some(name) = name {
+                stream.tool_calls[index].name = name;
+            }
+            stream.tool_calls[index].arguments.push_str(&delta);
+            with::<G, _>(|g| g.check_stream_tool_arguments(&mut stream, index, &delta))
         }
 
         fn finish(&self) -> Verdict {
@@ -214,10 +263,10 @@ macro_rules! export_guardrail {
 
             fn check_response(
                 request: $crate::ChatRequest,
-                response_text: ::std::string::String,
+                response: $crate::Answer,
             ) -> $crate::Verdict {
                 $crate::__private::with::<$guardrail, _>(|g| {
-                    $crate::Guardrail::check_response(g, &request, &response_text)
+                    $crate::Guardrail::check_answer(g, &request, &response)
                 })
             }
         }

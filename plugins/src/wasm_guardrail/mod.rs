@@ -1,21 +1,22 @@
 //! `wasm_guardrail`: a third-party guardrail compiled to a WebAssembly component, run in a
-//! sandbox on the chat requests and answers that pass the gateway.
+//! sandbox on the requests and answers that pass the gateway.
 //!
-//! The component implements the world `gateway:guardrail/guardrail-plugin@0.1.0`
-//! (`plugin-sdk/wit/guardrail/v0.1.0/world.wit`; a Rust SDK is in `plugin-sdk/guest`). Per
-//! phase:
+//! The component implements the world `gateway:guardrail/guardrail-plugin`, version 0.2.0
+//! (`plugin-sdk/wit/guardrail/v0.2.0/world.wit`: messages and answers with their tool calls,
+//! the API of the request) or 0.1.0 (text only); the host runs both ([`abi`]; a Rust SDK is in
+//! `plugin-sdk/guest`). `POST /v1/chat/completions` and `POST /v1/messages` are checked (see
+//! `subject` for what the guest sees of each); other routes pass untouched. Per phase:
 //!
-//! - `on_request` (side `input`): `check-request` with the chat request. `deny` refuses it
-//!   (446, the provider is not called); `rewrite-messages` replaces the messages' text in the
-//!   body sent upstream.
-//! - `on_response` (side `output`): `check-response` with each choice's text. `deny` refuses the
-//!   answer; `rewrite-text` replaces the choice's content. When a guardrail failed without
-//!   `deny`, the answer goes out with status 246 and `hook_results`.
-//! - `on_chunk` (side `output`, streams): one `stream-checker` per choice, fed each delta;
-//!   `deny` ends the stream with the refusal as its last event; `rewrite-text` replaces the
-//!   delta.
-//!
-//! Only `POST /v1/chat/completions` is checked; other routes pass untouched.
+//! - `on_request` (side `input`): `check-request` with the request. `deny` refuses it (446,
+//!   the provider is not called); `rewrite-messages` replaces the messages' text in the body
+//!   sent upstream.
+//! - `on_response` (side `output`): `check-response` with each choice (a 0.1.0 guest: each
+//!   choice that has text). `deny` refuses the answer; `rewrite-text` replaces the choice's
+//!   text. When a guardrail failed without `deny`, the answer goes out with status 246 and
+//!   `hook_results`.
+//! - `on_chunk` (side `output`, streams): one `stream-checker` per choice, fed each text delta
+//!   and (0.2.0) each piece of tool-call arguments; `deny` ends the stream with the refusal as
+//!   its last event; `rewrite-text` replaces the text delta.
 //!
 //! **Where calls run.** `on_request` and `on_response` run the guest on the blocking thread
 //! pool (`spawn_blocking`): a guest may use its whole deadline, and the proxy's worker threads
@@ -38,15 +39,11 @@
 //! time; [`WasmGuardrail::reload`] swaps in a freshly loaded component atomically (the gateway
 //! has no reload trigger yet).
 
-mod bindings {
-    wasmtime::component::bindgen!({
-        path: "../plugin-sdk/wit/guardrail/v0.1.0",
-        world: "guardrail-plugin",
-    });
-}
+pub mod abi;
 mod metrics;
 mod runtime;
 mod stream;
+mod subject;
 mod wasi;
 
 #[cfg(test)]
@@ -63,8 +60,6 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use plugin_sdk::llm::chat::ChatRequest as SdkChatRequest;
-use plugin_sdk::llm::LlmRequest;
 use plugin_sdk::plugin::ResponseParts;
 use plugin_sdk::{
     BuildCx, Chunk, ConfigIssue, Flow, GatewayError, Phases, Plugin, PluginFactory, PluginResponse,
@@ -74,7 +69,7 @@ use plugin_sdk::{
 use crate::guardrails::results::{
     now_rfc3339, refused, warned_status, with_results, CheckResult, HookResult, HookResults, Side,
 };
-use bindings::exports::gateway::guardrail::guardrail::{ChatRequest, Message, Verdict};
+use abi::{Answer, Message, Request, Verdict};
 pub use runtime::{CallError, MAX_MEMORY_MB};
 use runtime::{CallLimits, Loaded, Shared};
 pub use wasi::Grant;
@@ -388,27 +383,6 @@ impl PluginFactory for WasmGuardrailFactory {
 
 plugin_sdk::register_plugin!(WasmGuardrailFactory);
 
-/// The request as the guest sees it.
-fn wit_request(chat: &SdkChatRequest) -> ChatRequest {
-    ChatRequest {
-        model: chat.model.clone(),
-        messages: chat
-            .messages
-            .iter()
-            .map(|m| Message {
-                role: m.role.clone(),
-                content: m.content.as_ref().map(|c| c.text()).unwrap_or_default(),
-            })
-            .collect(),
-        tools: chat
-            .tools
-            .iter()
-            .flatten()
-            .map(|t| t.function.name.clone())
-            .collect(),
-    }
-}
-
 /// Runs a call on the blocking pool (inline when there is no runtime); with its duration.
 async fn run_blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, CallError> + Send + 'static,
@@ -432,7 +406,7 @@ enum RequestDecision {
     Rewrite(Vec<Message>),
 }
 
-fn check_request(loaded: &Loaded, request: &ChatRequest) -> Result<RequestDecision, CallError> {
+fn check_request(loaded: &Loaded, request: &Request) -> Result<RequestDecision, CallError> {
     let mut session = loaded.session()?;
     match session.check_request(request)? {
         Verdict::Allow => Ok(RequestDecision::Allow),
@@ -445,10 +419,7 @@ fn check_request(loaded: &Loaded, request: &ChatRequest) -> Result<RequestDecisi
 }
 
 /// A request rewrite, if it gives every message of the request, in order, with its role.
-fn fit_rewrite(
-    messages: Vec<Message>,
-    request: &ChatRequest,
-) -> Result<RequestDecision, CallError> {
+fn fit_rewrite(messages: Vec<Message>, request: &Request) -> Result<RequestDecision, CallError> {
     let fits = messages.len() == request.messages.len()
         && messages
             .iter()
@@ -475,16 +446,16 @@ enum ResponseDecision {
 
 fn check_response(
     loaded: &Loaded,
-    request: &ChatRequest,
-    texts: &[(usize, String)],
+    request: &Request,
+    answers: &[(usize, Answer)],
 ) -> Result<ResponseDecision, CallError> {
     let mut session = loaded.session()?;
     let mut rewrites = Vec::new();
-    for (i, (position, text)) in texts.iter().enumerate() {
+    for (i, (position, answer)) in answers.iter().enumerate() {
         if i > 0 {
             session.arm();
         }
-        match session.check_response(request, text)? {
+        match session.check_response(request, answer)? {
             Verdict::Allow => {}
             Verdict::Deny(reason) => return Ok(ResponseDecision::Deny(reason)),
             Verdict::RewriteText(new) => rewrites.push((*position, new)),
@@ -503,76 +474,6 @@ fn check_response(
     })
 }
 
-/// Puts rewritten message text into the request body (keeping every other field as the
-/// client sent it) and decodes it again. Whether anything changed.
-fn rewrite_request(cx: &mut RequestCx, messages: &[Message]) -> Result<bool, String> {
-    let LlmRequest::Chat(chat) = &cx.request else {
-        return Ok(false);
-    };
-    let mut body: Value = serde_json::from_slice(&cx.body)
-        .map_err(|e| format!("the request body is not JSON: {e}"))?;
-    let Some(list) = body.get_mut("messages").and_then(Value::as_array_mut) else {
-        return Err("the request body has no messages".into());
-    };
-    let mut changed = false;
-    for ((new, old), slot) in messages.iter().zip(&chat.messages).zip(list.iter_mut()) {
-        let old_text = old.content.as_ref().map(|c| c.text()).unwrap_or_default();
-        if new.content == old_text {
-            continue;
-        }
-        changed = true;
-        set_text(&mut slot["content"], &new.content);
-    }
-    if changed {
-        let bytes = serde_json::to_vec(&body).map_err(|e| e.to_string())?;
-        let decoded = LlmRequest::decode(cx.route, &bytes).map_err(|e| e.message)?;
-        cx.body = Bytes::from(bytes);
-        cx.request = decoded;
-    }
-    Ok(changed)
-}
-
-/// Sets a message's content to `text`: a plain string stays a string; in a list of parts the
-/// first text part takes the text and the other text parts go (images and the like stay).
-fn set_text(content: &mut Value, text: &str) {
-    if let Value::Array(parts) = content {
-        let mut placed = false;
-        parts.retain_mut(|part| {
-            if part.get("type").and_then(Value::as_str) != Some("text") {
-                return true;
-            }
-            if placed {
-                return false;
-            }
-            placed = true;
-            part["text"] = Value::String(text.to_owned());
-            true
-        });
-        if !placed {
-            parts.insert(0, json!({"type": "text", "text": text}));
-        }
-    } else {
-        *content = Value::String(text.to_owned());
-    }
-}
-
-/// The text of each choice of a chat completion that has text content.
-fn choice_texts(body: &Value) -> Vec<(usize, String)> {
-    body.get("choices")
-        .and_then(Value::as_array)
-        .map(|choices| {
-            choices
-                .iter()
-                .enumerate()
-                .filter_map(|(i, c)| {
-                    let text = c.get("message")?.get("content")?.as_str()?;
-                    Some((i, text.to_owned()))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 #[async_trait]
 impl Plugin for WasmGuardrail {
     fn kind(&self) -> &'static str {
@@ -589,17 +490,17 @@ impl Plugin for WasmGuardrail {
             .map_err(|e| format!("{} ({}): {}", self.config.id, e.path, e.message))
     }
 
-    /// Checks the chat request (side `input`); may refuse it or rewrite its messages.
+    /// Checks the request (side `input`); may refuse it or rewrite its messages.
     async fn on_request(&self, cx: &mut RequestCx) -> Result<Flow, GatewayError> {
-        if !self.config.side.input() || cx.route != Route::ChatCompletions {
+        if !self.config.side.input() {
             return Ok(Flow::Continue);
         }
-        let LlmRequest::Chat(chat) = &cx.request else {
+        let Some(request) = subject::request(cx) else {
             return Ok(Flow::Continue);
         };
-        let request = wit_request(chat);
         let loaded = self.loaded.load_full();
-        let (result, elapsed) = run_blocking(move || check_request(&loaded, &request)).await;
+        let sent = request.clone();
+        let (result, elapsed) = run_blocking(move || check_request(&loaded, &sent)).await;
         let mut outcome = PhaseOutcome {
             elapsed,
             ..PhaseOutcome::default()
@@ -607,10 +508,12 @@ impl Plugin for WasmGuardrail {
         match result {
             Ok(RequestDecision::Allow) => {}
             Ok(RequestDecision::Deny(reason)) => outcome.denied = Some(reason),
-            Ok(RequestDecision::Rewrite(messages)) => match rewrite_request(cx, &messages) {
-                Ok(changed) => outcome.transformed = changed,
-                Err(e) => outcome.error = Some(CallError::BadVerdict(e)),
-            },
+            Ok(RequestDecision::Rewrite(messages)) => {
+                match subject::rewrite_request(cx, &request, &messages) {
+                    Ok(changed) => outcome.transformed = changed,
+                    Err(e) => outcome.error = Some(CallError::BadVerdict(e)),
+                }
+            }
             Err(e) => outcome.error = Some(e),
         }
         Ok(match self.conclude(cx, Side::Input, &outcome) {
@@ -626,16 +529,21 @@ impl Plugin for WasmGuardrail {
         cx: &mut RequestCx,
         response: &mut ResponseParts,
     ) -> Result<Flow, GatewayError> {
-        if let (true, Route::ChatCompletions, LlmRequest::Chat(chat)) =
-            (self.config.side.output(), cx.route, &cx.request)
-        {
+        let request = if self.config.side.output() && response.status.is_success() {
+            subject::request(cx)
+        } else {
+            None
+        };
+        if let Some(request) = request {
             let body: Option<Value> = serde_json::from_slice(&response.body).ok();
-            let texts = body.as_ref().map(choice_texts).unwrap_or_default();
-            if let (Some(mut body), false) = (body, texts.is_empty()) {
-                let request = wit_request(chat);
+            let answers = body
+                .as_ref()
+                .map(|b| subject::answers(cx.route, b))
+                .unwrap_or_default();
+            if let (Some(mut body), false) = (body, answers.is_empty()) {
                 let loaded = self.loaded.load_full();
                 let (result, elapsed) =
-                    run_blocking(move || check_response(&loaded, &request, &texts)).await;
+                    run_blocking(move || check_response(&loaded, &request, &answers)).await;
                 let mut outcome = PhaseOutcome {
                     elapsed,
                     ..PhaseOutcome::default()
@@ -644,15 +552,17 @@ impl Plugin for WasmGuardrail {
                     Ok(ResponseDecision::Allow) => {}
                     Ok(ResponseDecision::Deny(reason)) => outcome.denied = Some(reason),
                     Ok(ResponseDecision::Rewrite(rewrites)) => {
-                        for (position, text) in rewrites {
-                            body["choices"][position]["message"]["content"] = Value::String(text);
-                        }
-                        match serde_json::to_vec(&body) {
+                        let put = rewrites.into_iter().try_for_each(|(position, text)| {
+                            subject::rewrite_answer(cx.route, &mut body, position, text)
+                        });
+                        match put
+                            .and_then(|()| serde_json::to_vec(&body).map_err(|e| e.to_string()))
+                        {
                             Ok(bytes) => {
                                 response.body = Bytes::from(bytes);
                                 outcome.transformed = true;
                             }
-                            Err(e) => outcome.error = Some(CallError::BadVerdict(e.to_string())),
+                            Err(e) => outcome.error = Some(CallError::BadVerdict(e)),
                         }
                     }
                     Err(e) => outcome.error = Some(e),
@@ -674,7 +584,9 @@ impl Plugin for WasmGuardrail {
 
     /// Feeds each delta of a streamed answer to the choice's stream checker (side `output`).
     fn on_chunk(&self, cx: &mut RequestCx, chunk: &mut Chunk) -> Result<Flow, GatewayError> {
-        if !self.config.side.output() || cx.route != Route::ChatCompletions {
+        if !self.config.side.output()
+            || !matches!(cx.route, Route::ChatCompletions | Route::Messages)
+        {
             return Ok(Flow::Continue);
         }
         Ok(match stream::check_chunk(self, cx, chunk) {

@@ -30,9 +30,7 @@ use wasmtime::{
     Trap,
 };
 
-use super::bindings::exports::gateway::guardrail::guardrail::{ChatRequest, Verdict};
-use super::bindings::gateway::guardrail::host::{self, Level};
-use super::bindings::{GuardrailPlugin, GuardrailPluginPre};
+use super::abi::{v1, v2, Answer, Request, Verdict, Version};
 use super::metrics;
 use super::wasi::{self, Grant};
 
@@ -206,9 +204,19 @@ pub struct HostState {
     pub stderr: Vec<u8>,
 }
 
-impl host::Host for HostState {
-    fn log(&mut self, level: Level, message: String) {
-        let message = truncate(&message, MAX_LOG_BYTES);
+/// Severity of a guest's log line, in either version of the world.
+#[derive(Clone, Copy)]
+enum Level {
+    Trace,
+    Debug,
+    Info,
+    Warn,
+    Error,
+}
+
+impl HostState {
+    fn log(&mut self, level: Level, message: &str) {
+        let message = truncate(message, MAX_LOG_BYTES);
         let plugin = self.shared.id.as_str();
         match level {
             Level::Trace => tracing::trace!(target: "gateway::wasm_guardrail", plugin, "{message}"),
@@ -220,6 +228,38 @@ impl host::Host for HostState {
                 self.last_error = Some(message.to_owned());
             }
         }
+    }
+}
+
+impl v1::gateway::guardrail::host::Host for HostState {
+    fn log(&mut self, level: v1::gateway::guardrail::host::Level, message: String) {
+        use v1::gateway::guardrail::host::Level as L;
+        let level = match level {
+            L::Trace => Level::Trace,
+            L::Debug => Level::Debug,
+            L::Info => Level::Info,
+            L::Warn => Level::Warn,
+            L::Error => Level::Error,
+        };
+        HostState::log(self, level, &message);
+    }
+
+    fn counter_add(&mut self, name: String, delta: u64) {
+        self.shared.count(&name, delta);
+    }
+}
+
+impl v2::gateway::guardrail::host::Host for HostState {
+    fn log(&mut self, level: v2::gateway::guardrail::host::Level, message: String) {
+        use v2::gateway::guardrail::host::Level as L;
+        let level = match level {
+            L::Trace => Level::Trace,
+            L::Debug => Level::Debug,
+            L::Info => Level::Info,
+            L::Warn => Level::Warn,
+            L::Error => Level::Error,
+        };
+        HostState::log(self, level, &message);
     }
 
     fn counter_add(&mut self, name: String, delta: u64) {
@@ -294,9 +334,21 @@ pub struct CallLimits {
     pub memory_mb: u64,
 }
 
+/// A component pre-instantiated for the version of the world it implements.
+enum Pre {
+    V1(v1::GuardrailPluginPre<HostState>),
+    V2(v2::GuardrailPluginPre<HostState>),
+}
+
+/// A live instance, by version.
+enum Guest {
+    V1(v1::GuardrailPlugin),
+    V2(v2::GuardrailPlugin),
+}
+
 /// A guardrail ready to run: its component linked and pre-instantiated.
 pub struct Loaded {
-    pre: GuardrailPluginPre<HostState>,
+    pre: Pre,
     config: String,
     pub shared: Arc<Shared>,
     pub limits: CallLimits,
@@ -315,7 +367,13 @@ impl Loaded {
     ) -> Result<Loaded, String> {
         let engine = engine()?;
         let mut linker: Linker<HostState> = Linker::new(engine);
-        GuardrailPlugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+        v1::GuardrailPlugin::add_to_linker::<HostState, HasSelf<HostState>>(&mut linker, |s| s)
+            .and_then(|()| {
+                v2::GuardrailPlugin::add_to_linker::<HostState, HasSelf<HostState>>(
+                    &mut linker,
+                    |s| s,
+                )
+            })
             .map_err(|e| format!("cannot link the host interface: {e:#}"))?;
         wasi::add_to_linker(&mut linker, component, grants)?;
         linker
@@ -324,15 +382,30 @@ impl Loaded {
         let pre = linker
             .instantiate_pre(component)
             .map_err(|e| format!("the component does not fit the host: {e:#}"))?;
-        let pre = GuardrailPluginPre::new(pre).map_err(|e| {
-            format!("the component does not implement the world gateway:guardrail/guardrail-plugin@0.1.0: {e:#}")
-        })?;
+        // The newest version the component exports.
+        let pre = match v2::GuardrailPluginPre::new(pre.clone()) {
+            Ok(v2) => Pre::V2(v2),
+            Err(_) => Pre::V1(v1::GuardrailPluginPre::new(pre).map_err(|e| {
+                format!(
+                    "the component implements neither gateway:guardrail/guardrail-plugin@0.2.0 \
+                     nor @0.1.0: {e:#}"
+                )
+            })?),
+        };
         Ok(Loaded {
             pre,
             config,
             shared,
             limits,
         })
+    }
+
+    /// The version of the world the component implements.
+    pub fn version(&self) -> Version {
+        match self.pre {
+            Pre::V1(_) => Version::V0_1,
+            Pre::V2(_) => Version::V0_2,
+        }
     }
 
     /// A fresh instance with `init(config)` done, within one deadline.
@@ -350,8 +423,12 @@ impl Loaded {
         let mut store = Store::new(engine, state);
         store.limiter(|s| &mut s.memory);
         store.set_epoch_deadline(self.limits.timeout_ms);
-        let bindings = match self.pre.instantiate(&mut store) {
-            Ok(b) => b,
+        let made = match &self.pre {
+            Pre::V1(pre) => pre.instantiate(&mut store).map(Guest::V1),
+            Pre::V2(pre) => pre.instantiate(&mut store).map(Guest::V2),
+        };
+        let guest = match made {
+            Ok(g) => g,
             Err(e) => {
                 let error = classify(&store, self.limits, e);
                 // A failure that is not the guest's own doing is the pool's.
@@ -363,13 +440,17 @@ impl Loaded {
         };
         let mut session = Session {
             store,
-            bindings,
+            guest,
             limits: self.limits,
         };
-        let result = session
-            .bindings
-            .gateway_guardrail_guardrail()
-            .call_init(&mut session.store, &self.config);
+        let result = match &session.guest {
+            Guest::V1(g) => g
+                .gateway_guardrail_guardrail()
+                .call_init(&mut session.store, &self.config),
+            Guest::V2(g) => g
+                .gateway_guardrail_guardrail()
+                .call_init(&mut session.store, &self.config),
+        };
         match result {
             Ok(Ok(())) => Ok(session),
             Ok(Err(message)) => Err(CallError::Init(message)),
@@ -381,7 +462,7 @@ impl Loaded {
 /// One live instance of a guardrail.
 pub struct Session {
     store: Store<HostState>,
-    bindings: GuardrailPlugin,
+    guest: Guest,
     limits: CallLimits,
 }
 
@@ -395,38 +476,101 @@ impl Session {
         classify(&self.store, self.limits, e)
     }
 
-    pub fn check_request(&mut self, request: &ChatRequest) -> Result<Verdict, CallError> {
-        let guest = self.bindings.gateway_guardrail_guardrail();
-        guest
-            .call_check_request(&mut self.store, request)
-            .map_err(|e| self.classify(e))
+    pub fn version(&self) -> Version {
+        match self.guest {
+            Guest::V1(_) => Version::V0_1,
+            Guest::V2(_) => Version::V0_2,
+        }
     }
 
+    pub fn check_request(&mut self, request: &Request) -> Result<Verdict, CallError> {
+        let store = &mut self.store;
+        let done = match &self.guest {
+            Guest::V1(g) => g
+                .gateway_guardrail_guardrail()
+                .call_check_request(&mut *store, &request.v1())
+                .map(Verdict::from),
+            Guest::V2(g) => g
+                .gateway_guardrail_guardrail()
+                .call_check_request(&mut *store, &request.v2())
+                .map(Verdict::from),
+        };
+        done.map_err(|e| self.classify(e))
+    }
+
+    /// Checks one choice. A 0.1.0 guest sees its text; a choice without text (only tool calls)
+    /// is not shown to it.
     pub fn check_response(
         &mut self,
-        request: &ChatRequest,
-        text: &str,
+        request: &Request,
+        answer: &Answer,
     ) -> Result<Verdict, CallError> {
-        let guest = self.bindings.gateway_guardrail_guardrail();
-        guest
-            .call_check_response(&mut self.store, request, text)
-            .map_err(|e| self.classify(e))
+        let store = &mut self.store;
+        let done = match &self.guest {
+            Guest::V1(_) if answer.text.is_empty() => return Ok(Verdict::Allow),
+            Guest::V1(g) => g
+                .gateway_guardrail_guardrail()
+                .call_check_response(&mut *store, &request.v1(), &answer.text)
+                .map(Verdict::from),
+            Guest::V2(g) => g
+                .gateway_guardrail_guardrail()
+                .call_check_response(&mut *store, &request.v2(), &answer.v2())
+                .map(Verdict::from),
+        };
+        done.map_err(|e| self.classify(e))
     }
 
-    pub fn open_stream(&mut self, request: &ChatRequest) -> Result<ResourceAny, CallError> {
-        let guest = self.bindings.gateway_guardrail_guardrail();
-        guest
-            .stream_checker()
-            .call_constructor(&mut self.store, request)
-            .map_err(|e| self.classify(e))
+    pub fn open_stream(&mut self, request: &Request) -> Result<ResourceAny, CallError> {
+        let store = &mut self.store;
+        let done = match &self.guest {
+            Guest::V1(g) => g
+                .gateway_guardrail_guardrail()
+                .stream_checker()
+                .call_constructor(&mut *store, &request.v1()),
+            Guest::V2(g) => g
+                .gateway_guardrail_guardrail()
+                .stream_checker()
+                .call_constructor(&mut *store, &request.v2()),
+        };
+        done.map_err(|e| self.classify(e))
     }
 
     pub fn push(&mut self, checker: ResourceAny, delta: &str) -> Result<Verdict, CallError> {
-        let guest = self.bindings.gateway_guardrail_guardrail();
-        guest
-            .stream_checker()
-            .call_push(&mut self.store, checker, delta)
-            .map_err(|e| self.classify(e))
+        let store = &mut self.store;
+        let done = match &self.guest {
+            Guest::V1(g) => g
+                .gateway_guardrail_guardrail()
+                .stream_checker()
+                .call_push(&mut *store, checker, delta)
+                .map(Verdict::from),
+            Guest::V2(g) => g
+                .gateway_guardrail_guardrail()
+                .stream_checker()
+                .call_push(&mut *store, checker, delta)
+                .map(Verdict::from),
+        };
+        done.map_err(|e| self.classify(e))
+    }
+
+    /// Pushes a piece of a streamed tool call's arguments (0.2.0; a 0.1.0 guest does not see
+    /// them: allowed).
+    pub fn push_tool_arguments(
+        &mut self,
+        checker: ResourceAny,
+        index: u32,
+        name: Option<&str>,
+        delta: &str,
+    ) -> Result<Verdict, CallError> {
+        let store = &mut self.store;
+        let done = match &self.guest {
+            Guest::V1(_) => return Ok(Verdict::Allow),
+            Guest::V2(g) => g
+                .gateway_guardrail_guardrail()
+                .stream_checker()
+                .call_push_tool_arguments(&mut *store, checker, index, name, delta)
+                .map(Verdict::from),
+        };
+        done.map_err(|e| self.classify(e))
     }
 
     /// Drops a checker the guest no longer needs (its destructor runs); errors are moot.
@@ -435,11 +579,20 @@ impl Session {
     }
 
     pub fn finish(&mut self, checker: ResourceAny) -> Result<Verdict, CallError> {
-        let guest = self.bindings.gateway_guardrail_guardrail();
-        guest
-            .stream_checker()
-            .call_finish(&mut self.store, checker)
-            .map_err(|e| self.classify(e))
+        let store = &mut self.store;
+        let done = match &self.guest {
+            Guest::V1(g) => g
+                .gateway_guardrail_guardrail()
+                .stream_checker()
+                .call_finish(&mut *store, checker)
+                .map(Verdict::from),
+            Guest::V2(g) => g
+                .gateway_guardrail_guardrail()
+                .stream_checker()
+                .call_finish(&mut *store, checker)
+                .map(Verdict::from),
+        };
+        done.map_err(|e| self.classify(e))
     }
 }
 

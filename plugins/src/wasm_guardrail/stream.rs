@@ -1,13 +1,21 @@
 //! Streamed answers: each choice's deltas go to a `stream-checker` of one instance that lives
 //! as long as the stream (kept in the request's extensions).
 //!
-//! Per event of a chunk (OpenAI's `chat.completion.chunk` shape):
+//! Per event of a chat completion's chunk (OpenAI's `chat.completion.chunk` shape):
 //! - each choice's `delta.content` is pushed to that choice's checker (made on its first
-//!   text). `rewrite-text` replaces the delta's content (empty holds it back);
+//!   delta). `rewrite-text` replaces the delta's content (empty holds it back);
+//! - each piece of a choice's `delta.tool_calls[].function.arguments` goes to
+//!   `push-tool-arguments` (0.2.0 guests), with the call's `index` and, on its first piece,
+//!   its name;
 //! - a choice's `finish_reason` calls its checker's `finish`, whose `rewrite-text` is added to
 //!   that event's content;
 //! - `data: [DONE]` finishes the choices still open (their text goes in an event of its own
 //!   before `[DONE]`), and the stream's result is recorded.
+//!
+//! On `/v1/messages` (Anthropic's events) the answer is one choice: `text_delta`s are pushed
+//! (a rewrite replaces the delta's text), `input_json_delta`s go to `push-tool-arguments` (the
+//! tool call's index counts the `tool_use` blocks), and `message_stop` calls `finish`, which
+//! may deny but not add text (the blocks have ended: that is an error).
 //!
 //! A `deny` (or an error under `fail_closed`) ends the stream: the refusal is its last event.
 //! Without `deny` (or under `fail_open`) the result is recorded and the rest of the stream
@@ -21,12 +29,11 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use wasmtime::component::ResourceAny;
 
-use plugin_sdk::llm::LlmRequest;
-use plugin_sdk::{Chunk, PluginResponse, RequestCx};
+use plugin_sdk::{Chunk, PluginResponse, RequestCx, Route};
 
-use super::bindings::exports::gateway::guardrail::guardrail::{ChatRequest, Verdict};
+use super::abi::{Request, Verdict};
 use super::runtime::{CallError, Session};
-use super::{wit_request, PhaseOutcome, WasmGuardrail};
+use super::{subject, PhaseOutcome, WasmGuardrail};
 use crate::guardrails::results::Side;
 
 /// The stream state of every wasm guardrail of a request, by plugin.
@@ -37,9 +44,12 @@ pub struct StreamChecks(Arc<Mutex<HashMap<u64, StreamCheck>>>);
 #[derive(Default)]
 pub struct StreamCheck {
     session: Option<Session>,
-    request: Option<ChatRequest>,
+    request: Option<Request>,
     /// Open checkers by choice index.
     checkers: BTreeMap<u64, ResourceAny>,
+    /// `/v1/messages`: the `tool_use` blocks by block index: the call's index, and its name
+    /// until its first piece of arguments has been pushed.
+    tool_blocks: HashMap<u64, (u32, Option<String>)>,
     /// The stream's result is recorded; the rest passes unchecked.
     done: bool,
     transformed: bool,
@@ -62,9 +72,7 @@ pub fn check_chunk(
     cx: &mut RequestCx,
     chunk: &mut Chunk,
 ) -> Option<PluginResponse> {
-    let LlmRequest::Chat(chat) = &cx.request else {
-        return None;
-    };
+    let anthropic = cx.route == Route::Messages;
     let text = std::str::from_utf8(&chunk.data).ok()?;
     let streams = match cx.extensions.get::<StreamChecks>() {
         Some(s) => s.clone(),
@@ -80,7 +88,7 @@ pub fn check_chunk(
         return None;
     }
     if state.request.is_none() {
-        state.request = Some(wit_request(chat));
+        state.request = Some(subject::request(cx)?);
     }
     let started = Instant::now();
     let mut out = String::with_capacity(text.len() + 64);
@@ -95,7 +103,12 @@ pub fn check_chunk(
             out.push_str(event);
             continue;
         }
-        match check_event(plugin, state, event) {
+        let checked = if anthropic {
+            check_anthropic_event(plugin, state, event)
+        } else {
+            check_event(plugin, state, event)
+        };
+        match checked {
             Event::Same => out.push_str(event),
             Event::Changed(new) => {
                 out.push_str(&new);
@@ -178,6 +191,18 @@ fn check_event(plugin: &WasmGuardrail, state: &mut StreamCheck, event: &str) -> 
                 Err(outcome) => return Event::Stop(outcome),
             }
         }
+        let calls = choice["delta"]["tool_calls"].as_array().cloned();
+        for (position, call) in calls.into_iter().flatten().enumerate() {
+            let call_index = call["index"].as_u64().unwrap_or(position as u64) as u32;
+            let name = call["function"]["name"].as_str();
+            let arguments = call["function"]["arguments"].as_str().unwrap_or_default();
+            if name.is_none() && arguments.is_empty() {
+                continue;
+            }
+            if let Err(outcome) = push_tool(plugin, state, index, call_index, name, arguments) {
+                return Event::Stop(outcome);
+            }
+        }
         let finished = choice.get("finish_reason").is_some_and(|r| !r.is_null());
         if finished {
             match finish(state, index) {
@@ -203,6 +228,68 @@ fn check_event(plugin: &WasmGuardrail, state: &mut StreamCheck, event: &str) -> 
         Event::Changed(format!("data: {value}\n\n"))
     } else {
         Event::Same
+    }
+}
+
+/// Checks one event of an Anthropic Messages stream; the event to send instead when it changed.
+fn check_anthropic_event(plugin: &WasmGuardrail, state: &mut StreamCheck, event: &str) -> Event {
+    let data = event_data(event);
+    let Ok(mut value) = serde_json::from_str::<Value>(&data) else {
+        return Event::Same;
+    };
+    let block = value["index"].as_u64().unwrap_or(0);
+    match value["type"].as_str().unwrap_or_default() {
+        "content_block_start" if value["content_block"]["type"] == "tool_use" => {
+            let call_index = state.tool_blocks.len() as u32;
+            let name = value["content_block"]["name"].as_str().map(str::to_owned);
+            state.tool_blocks.insert(block, (call_index, name));
+            Event::Same
+        }
+        "content_block_delta" => match value["delta"]["type"].as_str().unwrap_or_default() {
+            "text_delta" => {
+                let delta = value["delta"]["text"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                if delta.is_empty() {
+                    return Event::Same;
+                }
+                match push(plugin, state, 0, &delta) {
+                    Ok(None) => Event::Same,
+                    Ok(Some(new)) => {
+                        value["delta"]["text"] = Value::String(new);
+                        Event::Changed(format!("event: content_block_delta\ndata: {value}\n\n"))
+                    }
+                    Err(outcome) => Event::Stop(outcome),
+                }
+            }
+            "input_json_delta" => {
+                let piece = value["delta"]["partial_json"].as_str().unwrap_or_default();
+                let (call_index, name) = match state.tool_blocks.get_mut(&block) {
+                    Some((i, name)) => (*i, name.take()),
+                    None => (0, None),
+                };
+                if piece.is_empty() && name.is_none() {
+                    return Event::Same;
+                }
+                match push_tool(plugin, state, 0, call_index, name.as_deref(), piece) {
+                    Ok(()) => Event::Same,
+                    Err(outcome) => Event::Stop(outcome),
+                }
+            }
+            _ => Event::Same,
+        },
+        "message_stop" => match finish(state, 0) {
+            Ok(None) => {
+                state.done = true;
+                Event::Same
+            }
+            Ok(Some(_)) => Event::Stop(failed(CallError::BadVerdict(
+                "finish may not add text to a /v1/messages stream: its blocks have ended".into(),
+            ))),
+            Err(outcome) => Event::Stop(outcome),
+        },
+        _ => Event::Same,
     }
 }
 
@@ -249,6 +336,51 @@ fn session<'a>(
         .ok_or_else(|| failed(CallError::Unavailable("no instance".into())))
 }
 
+/// The checker of choice `index`, opened on its first delta.
+fn checker(
+    plugin: &WasmGuardrail,
+    state: &mut StreamCheck,
+    index: u64,
+) -> Result<ResourceAny, PhaseOutcome> {
+    if let Some(c) = state.checkers.get(&index).copied() {
+        return Ok(c);
+    }
+    let request = state.request.clone().ok_or_else(|| {
+        failed(CallError::Unavailable(
+            "the stream's request is unknown".into(),
+        ))
+    })?;
+    let session = session(plugin, state)?;
+    session.arm();
+    let c = session.open_stream(&request).map_err(failed)?;
+    state.checkers.insert(index, c);
+    Ok(c)
+}
+
+/// Pushes a piece of a tool call's arguments: `allow` goes on, `deny` stops the stream.
+fn push_tool(
+    plugin: &WasmGuardrail,
+    state: &mut StreamCheck,
+    index: u64,
+    call_index: u32,
+    name: Option<&str>,
+    arguments: &str,
+) -> Result<(), PhaseOutcome> {
+    let checker = checker(plugin, state, index)?;
+    let session = session(plugin, state)?;
+    session.arm();
+    match session
+        .push_tool_arguments(checker, call_index, name, arguments)
+        .map_err(failed)?
+    {
+        Verdict::Allow => Ok(()),
+        Verdict::Deny(reason) => Err(denied(reason)),
+        _ => Err(failed(CallError::BadVerdict(
+            "push-tool-arguments may only allow or deny".into(),
+        ))),
+    }
+}
+
 /// Pushes a delta; the text to send instead, if the guest rewrote it.
 fn push(
     plugin: &WasmGuardrail,
@@ -256,21 +388,7 @@ fn push(
     index: u64,
     delta: &str,
 ) -> Result<Option<String>, PhaseOutcome> {
-    let checker = match state.checkers.get(&index).copied() {
-        Some(c) => c,
-        None => {
-            let request = state.request.clone().unwrap_or_else(|| ChatRequest {
-                model: None,
-                messages: Vec::new(),
-                tools: Vec::new(),
-            });
-            let session = session(plugin, state)?;
-            session.arm();
-            let c = session.open_stream(&request).map_err(failed)?;
-            state.checkers.insert(index, c);
-            c
-        }
-    };
+    let checker = checker(plugin, state, index)?;
     let session = session(plugin, state)?;
     session.arm();
     match session.push(checker, delta).map_err(failed)? {

@@ -1,5 +1,5 @@
 //! `banned-topics`: refuses requests and answers that mention any of a list of words or
-//! phrases (whole words, any case).
+//! phrases (whole words, any case), in their text or in the arguments of their tool calls.
 //!
 //! Config:
 //! ```json
@@ -11,7 +11,9 @@
 //!
 //! Counter: `denied`.
 
-use gateway_guardrail::{counter_add, export_guardrail, ChatRequest, Guardrail, Stream, Verdict};
+use gateway_guardrail::{
+    counter_add, export_guardrail, Answer, ChatRequest, Guardrail, Stream, Verdict,
+};
 use serde::Deserialize;
 
 #[derive(Debug, Default, Deserialize)]
@@ -42,15 +44,33 @@ impl Guardrail for BannedTopics {
 
     fn check_request(&self, request: &ChatRequest) -> Verdict {
         for m in &request.messages {
-            if let Some(found) = self.find(&m.content, false) {
-                return deny("the request", found);
+            let arguments = m.tool_calls.iter().map(|c| c.arguments.as_str());
+            for text in std::iter::once(m.content.as_str()).chain(arguments) {
+                if let Some(found) = self.find(text, false) {
+                    return deny("the request", found);
+                }
             }
         }
         Verdict::Allow
     }
 
-    fn check_response(&self, _request: &ChatRequest, text: &str) -> Verdict {
-        match self.find(text, false) {
+    fn check_answer(&self, _request: &ChatRequest, answer: &Answer) -> Verdict {
+        let arguments = answer.tool_calls.iter().map(|c| c.arguments.as_str());
+        for text in std::iter::once(answer.text.as_str()).chain(arguments) {
+            if let Some(found) = self.find(text, false) {
+                return deny("the answer", found);
+            }
+        }
+        Verdict::Allow
+    }
+
+    fn check_stream_tool_arguments(
+        &self,
+        stream: &mut Stream,
+        index: usize,
+        _delta: &str,
+    ) -> Verdict {
+        match self.find(&stream.tool_calls[index].arguments, true) {
             Some(found) => deny("the answer", found),
             None => Verdict::Allow,
         }
@@ -64,7 +84,11 @@ impl Guardrail for BannedTopics {
     }
 
     fn check_stream_end(&self, stream: &mut Stream) -> Verdict {
-        self.check_response(&stream.request, &stream.text)
+        let answer = Answer {
+            text: stream.text.clone(),
+            tool_calls: stream.tool_calls.clone(),
+        };
+        self.check_answer(&stream.request, &answer)
     }
 }
 

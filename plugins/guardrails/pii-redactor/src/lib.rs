@@ -68,8 +68,8 @@ impl Guardrail for PiiRedactor {
                 let content = self.redact(&m.content);
                 changed |= content != m.content;
                 Message {
-                    role: m.role.clone(),
                     content,
+                    ..m.clone()
                 }
             })
             .collect();
