@@ -11,7 +11,7 @@ use sqlx::Row;
 use super::audit::{self, AuditEntry};
 use super::config_secrets::{self, Body, Sealed};
 use super::{to_text, Actor, Store};
-use crate::db::Sql;
+use crate::db::{Sql, Tx};
 use crate::error::{is_unique_violation, AdminError, Result};
 use crate::time;
 use crate::validate::Page;
@@ -149,17 +149,8 @@ impl Store {
                 e.into()
             }
         })?;
-        audit::insert(
-            &mut tx,
-            actor,
-            &AuditEntry::new("create", "guardrail")
-                .resource(&id)
-                .workspace(Some(&new.workspace_id)),
-        )
-        .await?;
-        self.data_plane_changed(&mut tx).await?;
-        tx.commit().await?;
-        self.after_data_plane_change().await;
+        self.commit_change(tx, actor, "create", &id, &new.workspace_id)
+            .await?;
         Ok(Guardrail {
             id,
             organisation_id: org.clone(),
@@ -263,18 +254,8 @@ impl Store {
         }
         sql.push(" WHERE id = ").text(guardrail.id.clone());
         sql.query().execute(&mut *tx).await?;
-        audit::insert(
-            &mut tx,
-            actor,
-            &AuditEntry::new("update", "guardrail")
-                .resource(&guardrail.id)
-                .workspace(Some(&guardrail.workspace_id)),
-        )
-        .await?;
-        self.data_plane_changed(&mut tx).await?;
-        tx.commit().await?;
-        self.after_data_plane_change().await;
-        Ok(())
+        self.commit_change(tx, actor, "update", &guardrail.id, &guardrail.workspace_id)
+            .await
     }
 
     /// Deletes a guardrail. One its workspace's defaults name is a 409: the workspace's
@@ -317,12 +298,26 @@ impl Store {
                 guardrail.slug
             )));
         }
+        self.commit_change(tx, actor, "delete", &guardrail.id, &guardrail.workspace_id)
+            .await
+    }
+
+    /// Ends a write: its audit record, the data plane's version, the commit, and this
+    /// instance's new snapshot.
+    async fn commit_change(
+        &self,
+        mut tx: Tx,
+        actor: Actor<'_>,
+        action: &'static str,
+        id: &str,
+        workspace_id: &str,
+    ) -> Result<()> {
         audit::insert(
             &mut tx,
             actor,
-            &AuditEntry::new("delete", "guardrail")
-                .resource(&guardrail.id)
-                .workspace(Some(&guardrail.workspace_id)),
+            &AuditEntry::new(action, "guardrail")
+                .resource(id)
+                .workspace(Some(workspace_id)),
         )
         .await?;
         self.data_plane_changed(&mut tx).await?;

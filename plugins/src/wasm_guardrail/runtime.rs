@@ -231,41 +231,31 @@ impl HostState {
     }
 }
 
-impl v1::gateway::guardrail::host::Host for HostState {
-    fn log(&mut self, level: v1::gateway::guardrail::host::Level, message: String) {
-        use v1::gateway::guardrail::host::Level as L;
-        let level = match level {
-            L::Trace => Level::Trace,
-            L::Debug => Level::Debug,
-            L::Info => Level::Info,
-            L::Warn => Level::Warn,
-            L::Error => Level::Error,
-        };
-        HostState::log(self, level, &message);
-    }
+/// The `host` interface of one version of the world: the same functions in each.
+macro_rules! host_of_version {
+    ($version:ident) => {
+        impl $version::gateway::guardrail::host::Host for HostState {
+            fn log(&mut self, level: $version::gateway::guardrail::host::Level, message: String) {
+                use $version::gateway::guardrail::host::Level as L;
+                let level = match level {
+                    L::Trace => Level::Trace,
+                    L::Debug => Level::Debug,
+                    L::Info => Level::Info,
+                    L::Warn => Level::Warn,
+                    L::Error => Level::Error,
+                };
+                HostState::log(self, level, &message);
+            }
 
-    fn counter_add(&mut self, name: String, delta: u64) {
-        self.shared.count(&name, delta);
-    }
+            fn counter_add(&mut self, name: String, delta: u64) {
+                self.shared.count(&name, delta);
+            }
+        }
+    };
 }
 
-impl v2::gateway::guardrail::host::Host for HostState {
-    fn log(&mut self, level: v2::gateway::guardrail::host::Level, message: String) {
-        use v2::gateway::guardrail::host::Level as L;
-        let level = match level {
-            L::Trace => Level::Trace,
-            L::Debug => Level::Debug,
-            L::Info => Level::Info,
-            L::Warn => Level::Warn,
-            L::Error => Level::Error,
-        };
-        HostState::log(self, level, &message);
-    }
-
-    fn counter_add(&mut self, name: String, delta: u64) {
-        self.shared.count(&name, delta);
-    }
-}
+host_of_version!(v1);
+host_of_version!(v2);
 
 /// The longest prefix of `s` of at most `max` bytes that ends on a character boundary.
 pub fn truncate(s: &str, max: usize) -> &str {
