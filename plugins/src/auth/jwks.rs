@@ -35,6 +35,15 @@ pub struct Key {
 #[derive(Default)]
 pub struct KeySet {
     pub keys: Vec<Key>,
+    /// Tells the sets installed in this process apart (tokens verified by an older set are
+    /// verified again): given when the set is installed.
+    pub generation: u64,
+}
+
+/// The next key-set generation of the process.
+fn next_generation() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 impl KeySet {
@@ -54,7 +63,10 @@ impl KeySet {
                 entries.len()
             ));
         }
-        Ok(KeySet { keys })
+        Ok(KeySet {
+            keys,
+            generation: 0,
+        })
     }
 
     /// Whether some key has this id.
@@ -163,7 +175,8 @@ pub struct Keys {
 }
 
 impl Keys {
-    pub fn new(initial: KeySet, refreshes: IntCounterVec) -> Keys {
+    pub fn new(mut initial: KeySet, refreshes: IntCounterVec) -> Keys {
+        initial.generation = next_generation();
         Keys {
             current: Arc::new(ArcSwap::from_pointee(initial)),
             refreshes,
@@ -174,7 +187,8 @@ impl Keys {
     /// keeps the old one and is logged.
     pub fn install(&self, source: &Source, outcome: Result<KeySet, String>) -> Result<(), String> {
         match outcome {
-            Ok(set) => {
+            Ok(mut set) => {
+                set.generation = next_generation();
                 tracing::debug!(
                     target: "gateway::auth",
                     keys = set.keys.len(),

@@ -1,6 +1,17 @@
 //! JWT authentication: telling a token from an API key, verifying it against the JWKS
 //! (signature, algorithm, `exp`/`nbf` with leeway, `iss`/`aud` when configured), and reading
 //! the identity and limits its claims carry.
+//!
+//! **Each token is verified once.** Clients send the same token for every call until it
+//! expires, and a signature check costs far more than the rest of a request. A verified token's
+//! identity is kept ([`JwtAuth::check`]) under the SHA-256 of its bytes (never the token
+//! itself), with its `exp` and `nbf` (checked again, with the leeway, on every use) and the
+//! generation of the key set that verified it: once the set is replaced (a file reloaded, a URL
+//! refreshed), a kept token is verified again against the new set, so a key that leaves takes
+//! its tokens with it. Refused tokens are never kept. The cache holds at most
+//! [`VERIFIED_CACHE_BYTES`] (by an estimate of each entry's size) and forgets an entry after
+//! [`VERIFIED_CACHE_TTL`] at the latest; hits and misses are counted in
+//! `gw_auth_jwt_cache_total{outcome}`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,6 +34,12 @@ const MAX_ECHO: usize = 64;
 
 /// How long a request with an unknown `kid` waits for the early JWKS fetch it started.
 const EARLY_REFRESH_WAIT: Duration = Duration::from_secs(2);
+
+/// The most memory the verified tokens may hold, by an estimate of each entry's size.
+pub const VERIFIED_CACHE_BYTES: u64 = 16 << 20;
+
+/// The longest a verified token is kept, whatever its `exp`.
+pub const VERIFIED_CACHE_TTL: Duration = Duration::from_secs(3600);
 
 /// Whether a credential has the shape of a JWT: three non-empty base64url segments.
 pub fn looks_like_jwt(value: &str) -> bool {
@@ -115,6 +132,48 @@ fn echo(s: &str) -> String {
 pub struct Verified {
     pub claims: Map<String, Value>,
     pub kid: Option<String>,
+    /// The generation of the key set that verified it.
+    pub generation: u64,
+}
+
+/// A token verified and read: what its claims say, and its key id.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    pub identity: Arc<Identity>,
+    pub kid: Option<String>,
+}
+
+/// What the cache keeps of a verified token.
+struct Kept {
+    checked: Checked,
+    generation: u64,
+    exp: i64,
+    nbf: Option<i64>,
+}
+
+impl Kept {
+    /// An estimate of the entry's memory, for the cache's bound.
+    fn weight(&self) -> u32 {
+        let i = &self.checked.identity;
+        let strings = [
+            &i.workspace_id,
+            &i.organisation_id,
+            &i.user,
+            &self.checked.kid,
+        ]
+        .iter()
+        .map(|s| s.as_ref().map_or(0, String::len))
+        .sum::<usize>();
+        let scopes: usize = i.scopes.iter().map(|s| s.len() + 24).sum();
+        let limits = (i.rate_limits.len() + i.usage_limits.len()) * 96;
+        (256 + strings + scopes + limits).min(u32::MAX as usize) as u32
+    }
+}
+
+/// The cache's hit and miss counters.
+struct CacheCounters {
+    hit: prometheus::IntCounter,
+    miss: prometheus::IntCounter,
 }
 
 /// What the token says about its bearer.
@@ -149,6 +208,9 @@ pub struct JwtAuth {
     early: Option<EarlyRefresh>,
     audit: AuditQueue,
     background: Arc<Background>,
+    leeway: i64,
+    verified: moka::sync::Cache<[u8; 32], Arc<Kept>>,
+    counters: CacheCounters,
 }
 
 impl JwtAuth {
@@ -158,6 +220,16 @@ impl JwtAuth {
         config: &JwtConfig,
         sink: SharedSink,
         metrics: &AuthMetrics,
+    ) -> Result<JwtAuth, String> {
+        JwtAuth::build_with_cache(config, sink, metrics, VERIFIED_CACHE_BYTES)
+    }
+
+    /// [`JwtAuth::build`] with another bound on the verified tokens' memory.
+    pub fn build_with_cache(
+        config: &JwtConfig,
+        sink: SharedSink,
+        metrics: &AuthMetrics,
+        cache_bytes: u64,
     ) -> Result<JwtAuth, String> {
         let background = Arc::new(Background::start()?);
         let mut validation = Validation::new(Algorithm::RS256);
@@ -228,6 +300,11 @@ impl JwtAuth {
             ));
         }
         let audit = AuditQueue::start(&background, sink, metrics.audit.clone(), AUDIT_QUEUE);
+        let verified = moka::sync::Cache::builder()
+            .max_capacity(cache_bytes)
+            .weigher(|_key: &[u8; 32], kept: &Arc<Kept>| kept.weight())
+            .time_to_live(VERIFIED_CACHE_TTL)
+            .build();
         Ok(JwtAuth {
             validations,
             claims: config.claims.clone(),
@@ -236,6 +313,12 @@ impl JwtAuth {
             early,
             audit,
             background,
+            leeway: i64::try_from(config.leeway_secs).unwrap_or(i64::MAX),
+            verified,
+            counters: CacheCounters {
+                hit: metrics.jwt_cache.with_label_values(&["hit"]),
+                miss: metrics.jwt_cache.with_label_values(&["miss"]),
+            },
         })
     }
 
@@ -284,8 +367,71 @@ impl JwtAuth {
             .map(|claims| Verified {
                 claims,
                 kid: kid.clone(),
+                generation: keys.generation,
             })
             .map_err(fail)
+    }
+
+    /// Verifies a token and reads its identity, once per token and key set (see the module's
+    /// notes): a token seen before is only checked for `exp` and `nbf`.
+    pub async fn check(&self, token: &str) -> Result<Checked, (Failure, Option<String>)> {
+        let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+        let mut key = [0u8; 32];
+        key.copy_from_slice(digest.as_ref());
+        let generation = self.keys.current.load().generation;
+        if let Some(kept) = self.verified.get(&key) {
+            if kept.generation == generation {
+                self.counters.hit.inc();
+                return match self.in_time(kept.exp, kept.nbf) {
+                    Ok(()) => Ok(kept.checked.clone()),
+                    Err(failure) => {
+                        self.verified.invalidate(&key);
+                        Err((failure, kept.checked.kid.clone()))
+                    }
+                };
+            }
+        }
+        self.counters.miss.inc();
+        let verified = self.verify(token).await?;
+        let identity = self
+            .identity(&verified.claims)
+            .map_err(|f| (f, verified.kid.clone()))?;
+        let checked = Checked {
+            identity: Arc::new(identity),
+            kid: verified.kid,
+        };
+        // `exp` is required and was validated as a number; `nbf` when present.
+        let seconds = |name: &str| verified.claims.get(name).and_then(Value::as_f64);
+        if let Some(exp) = seconds("exp") {
+            let kept = Kept {
+                checked: checked.clone(),
+                generation: verified.generation,
+                exp: exp as i64,
+                nbf: seconds("nbf").map(|n| n as i64),
+            };
+            self.verified.insert(key, Arc::new(kept));
+        }
+        Ok(checked)
+    }
+
+    /// `exp` and `nbf` against the clock, with the leeway, as the first verification did.
+    fn in_time(&self, exp: i64, nbf: Option<i64>) -> Result<(), Failure> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        if exp < now.saturating_sub(self.leeway) {
+            return Err(Failure::Expired);
+        }
+        if nbf.is_some_and(|nbf| nbf > now.saturating_add(self.leeway)) {
+            return Err(Failure::NotYetValid);
+        }
+        Ok(())
+    }
+
+    /// How many verified tokens are kept, and their estimated bytes (after pending evictions).
+    pub fn cache_usage(&self) -> (u64, u64) {
+        self.verified.run_pending_tasks();
+        (self.verified.entry_count(), self.verified.weighted_size())
     }
 
     /// Fetches a URL's JWKS now unless an early fetch started within `min_refresh_secs`

@@ -70,6 +70,8 @@ pub struct AuthMetrics {
     pub jwks_refresh: IntCounterVec,
     /// `gw_auth_audit_events_total{outcome}`.
     pub audit: IntCounterVec,
+    /// `gw_auth_jwt_cache_total{outcome="hit"|"miss"}`: tokens found verified, or verified.
+    pub jwt_cache: IntCounterVec,
 }
 
 impl AuthMetrics {
@@ -98,7 +100,15 @@ impl AuthMetrics {
             &["outcome"],
         )
         .map_err(|e| e.to_string())?;
-        for c in [&requests, &jwks_refresh, &audit] {
+        let jwt_cache = IntCounterVec::new(
+            Opts::new(
+                "gw_auth_jwt_cache_total",
+                "JWTs found among the verified ones (hit) or verified (miss)",
+            ),
+            &["outcome"],
+        )
+        .map_err(|e| e.to_string())?;
+        for c in [&requests, &jwks_refresh, &audit, &jwt_cache] {
             registry.register(Box::new(c.clone())).map_err(|e| {
                 format!("cannot register the auth metrics (is `auth` listed twice?): {e}")
             })?;
@@ -107,6 +117,7 @@ impl AuthMetrics {
             requests,
             jwks_refresh,
             audit,
+            jwt_cache,
         })
     }
 }
@@ -293,16 +304,14 @@ impl Auth {
         cx: &mut RequestCx,
         token: &str,
     ) -> Result<(), GatewayError> {
-        let verified = match jwt.verify(token).await {
-            Ok(v) => v,
+        let checked = match jwt.check(token).await {
+            Ok(c) => c,
             Err((failure, kid)) => return Err(self.refuse_jwt(jwt, cx, failure, kid)),
         };
-        let identity = jwt
-            .identity(&verified.claims)
-            .map_err(|f| self.refuse_jwt(jwt, cx, f, verified.kid.clone()))?;
+        let identity = &*checked.identity;
         if !api_key::grants(&identity.scopes, true, api_key::GATEWAY_SCOPE) {
             let failure = Failure::MissingScope(api_key::GATEWAY_SCOPE.to_owned());
-            return Err(self.refuse_jwt(jwt, cx, failure, verified.kid.clone()));
+            return Err(self.refuse_jwt(jwt, cx, failure, checked.kid.clone()));
         }
         // A workspace the snapshot does not know (a deployment without a control plane) still
         // names the caller; it only brings no defaults or limits.
@@ -316,7 +325,7 @@ impl Auth {
                     claim: jwt.claim_names().workspace_id.clone(),
                     problem: "names a workspace of another organisation".into(),
                 };
-                return Err(self.refuse_jwt(jwt, cx, failure, verified.kid));
+                return Err(self.refuse_jwt(jwt, cx, failure, checked.kid.clone()));
             }
         }
         let subject = identity.user.clone().unwrap_or_default();
@@ -347,15 +356,16 @@ impl Auth {
             method: AuthMethod::Jwt,
             organisation_id: identity
                 .organisation_id
+                .clone()
                 .or_else(|| workspace.as_ref().map(|w| w.organisation_id.clone())),
             // The workspace's id as the snapshot knows it: ownership compares ids.
             workspace_id: workspace
                 .as_ref()
                 .map(|w| w.id.clone())
-                .or(identity.workspace_id),
+                .or_else(|| identity.workspace_id.clone()),
             api_key_id: None,
-            user_id: identity.user,
-            scopes: identity.scopes,
+            user_id: identity.user.clone(),
+            scopes: identity.scopes.clone(),
             rate_limits,
             budgets,
         });
@@ -440,17 +450,16 @@ impl TokenVerifier for ControlPlaneTokens {
         at: TokenRequest<'_>,
     ) -> Result<TokenIdentity, TokenRefusal> {
         let jwt = &self.0;
-        let checked = match jwt.verify(token).await {
-            Ok(v) => jwt.identity(&v.claims).map_err(|f| (f, v.kid)),
-            Err(refused) => Err(refused),
-        };
-        match checked {
-            Ok(identity) => Ok(TokenIdentity {
-                organisation_id: identity.organisation_id,
-                workspace_id: identity.workspace_id,
-                user: identity.user,
-                scopes: identity.scopes,
-            }),
+        match jwt.check(token).await {
+            Ok(checked) => {
+                let identity = &*checked.identity;
+                Ok(TokenIdentity {
+                    organisation_id: identity.organisation_id.clone(),
+                    workspace_id: identity.workspace_id.clone(),
+                    user: identity.user.clone(),
+                    scopes: identity.scopes.clone(),
+                })
+            }
             Err((failure, kid)) => {
                 jwt.audit()
                     .send(refusal_event(&failure, kid, 401, at, "control_plane"));

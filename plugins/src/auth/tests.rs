@@ -1399,3 +1399,90 @@ async fn a_full_audit_queue_drops_and_counts_instead_of_waiting() {
     assert_eq!(*sink.written.lock().unwrap() as u64, queued);
     assert_eq!(count("written"), queued);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Verified tokens kept.
+
+#[tokio::test]
+async fn a_token_is_verified_once_and_kept_until_its_exp_or_a_new_key_set() {
+    let f = Fixture::new();
+    let file = file_with_a_keys();
+    let mut config = jwt_config(&file);
+    config["jwt"]["leeway_secs"] = json!(0);
+    let plugin = f.plugin(config);
+    let hits = || f.counter("gw_auth_jwt_cache_total", &[("outcome", "hit")]);
+    let misses = || f.counter("gw_auth_jwt_cache_total", &[("outcome", "miss")]);
+
+    // Two tokens, two callers: each is verified once, and never answers for the other.
+    let ann = token(RSA_A, Some("rsa-a"), claims(json!({"sub": "ann"})));
+    let bob = token(EC_A, Some("ec-a"), claims(json!({"sub": "bob"})));
+    for round in 0..3 {
+        for (t, user) in [(&ann, "ann"), (&bob, "bob")] {
+            let mut cx = chat(&[("x-gw-api-key", t.as_str())]);
+            run(&plugin, &mut cx).await.unwrap();
+            assert_eq!(
+                principal(&cx).user_id.as_deref(),
+                Some(user),
+                "round {round}"
+            );
+        }
+    }
+    assert_eq!((misses(), hits()), (2, 4));
+
+    // A kept token is still held to its exp.
+    let soon = token(
+        RSA_A,
+        Some("rsa-a"),
+        claims(json!({"sub": "cat", "exp": now() + 1})),
+    );
+    let mut cx = chat(&[("x-gw-api-key", soon.as_str())]);
+    run(&plugin, &mut cx).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let message = jwt_refused(&plugin, &soon).await;
+    assert!(message.contains("expired"), "{message}");
+    assert_eq!(hits(), 5, "refused from the cache, not verified again");
+
+    // A new key set (the same file read again): kept tokens are verified again, and a key
+    // that left takes its tokens with it.
+    plugin.reload().unwrap();
+    let mut cx = chat(&[("x-gw-api-key", ann.as_str())]);
+    run(&plugin, &mut cx).await.unwrap();
+    assert_eq!(misses(), 4);
+    std::fs::write(&file.0, jwks(&[(EC_A, "ec-a")])).unwrap();
+    plugin.reload().unwrap();
+    let message = jwt_refused(&plugin, &ann).await;
+    assert!(message.contains("rsa-a"), "{message}");
+    let mut cx = chat(&[("x-gw-api-key", bob.as_str())]);
+    run(&plugin, &mut cx).await.unwrap();
+}
+
+#[tokio::test]
+async fn the_kept_tokens_stay_within_their_memory_bound() {
+    let file = file_with_a_keys();
+    let config: AuthConfig = serde_json::from_value(jwt_config(&file)).unwrap();
+    let registry = prometheus::Registry::new();
+    let metrics = super::AuthMetrics::register(&registry).unwrap();
+    const BOUND: u64 = 8 * 1024;
+    let jwt = super::jwt::JwtAuth::build_with_cache(
+        config.jwt.as_ref().unwrap(),
+        Arc::new(plugin_sdk::sinks::Discard),
+        &metrics,
+        BOUND,
+    )
+    .unwrap();
+    for i in 0..100 {
+        let t = token(
+            EC_A,
+            Some("ec-a"),
+            claims(json!({"sub": format!("user-{i}")})),
+        );
+        let checked = jwt.check(&t).await.unwrap();
+        assert_eq!(
+            checked.identity.user.as_deref(),
+            Some(format!("user-{i}").as_str())
+        );
+    }
+    let (entries, bytes) = jwt.cache_usage();
+    assert!(bytes <= BOUND, "{bytes} bytes kept");
+    assert!((1..100).contains(&entries), "{entries} entries kept");
+}
