@@ -231,6 +231,7 @@ impl JwtAuth {
         metrics: &AuthMetrics,
         cache_bytes: u64,
     ) -> Result<JwtAuth, String> {
+        super::ring_verify::install();
         let background = Arc::new(Background::start()?);
         let mut validation = Validation::new(Algorithm::RS256);
         validation.leeway = config.leeway_secs;

@@ -37,6 +37,7 @@ mod background;
 pub mod config;
 pub mod jwks;
 pub mod jwt;
+pub mod ring_verify;
 
 #[cfg(test)]
 mod tests;
