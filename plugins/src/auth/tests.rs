@@ -1201,6 +1201,9 @@ async fn a_jwks_url_is_refreshed_in_the_background_and_keeps_the_last_good_set()
     }
     let mut cx = chat(&[("x-gw-api-key", ec.as_str())]);
     run(&plugin, &mut cx).await.unwrap();
+    // The token verified (and kept) under the old set lost its key with the refresh.
+    let message = jwt_refused(&plugin, &a).await;
+    assert!(message.contains("rsa-a"), "{message}");
 }
 
 #[test]
