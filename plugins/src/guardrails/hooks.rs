@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures_util::future::join_all;
-use prometheus::{IntCounterVec, Opts, Registry};
+use std::sync::OnceLock;
+
+use prometheus::{IntCounter, IntCounterVec, Opts, Registry};
 use serde_json::Value;
 
 use super::checks::{Check, Input, Outcome};
@@ -54,14 +56,22 @@ impl Material {
 }
 
 /// Prometheus counters of hook outcomes. Labels are bounded: check ids come from the known
-/// set, sides and outcomes are fixed words.
+/// set, sides and outcomes are fixed words. Each label set's counter is looked up once and
+/// kept (a lookup hashes its labels).
 #[derive(Clone)]
 pub struct GuardMetrics {
     /// `gw_guardrail_checks_total{check, side, verdict="pass"|"fail"|"error"|"skipped"}`
     checks: IntCounterVec,
     /// `gw_guardrail_hooks_total{side, outcome="pass"|"fail"|"deny"}`; async hooks included.
     hooks: IntCounterVec,
+    /// The counters of `checks` by (known check, side, verdict), filled as they are first used.
+    check_counters: Arc<[OnceLock<IntCounter>]>,
+    /// The counters of `hooks` by (side, outcome).
+    hook_counters: Arc<[OnceLock<IntCounter>]>,
 }
+
+const VERDICTS: [&str; 4] = ["pass", "fail", "error", "skipped"];
+const OUTCOMES: [&str; 3] = ["pass", "fail", "deny"];
 
 impl GuardMetrics {
     /// Registers the counters. A second `guardrails` entry in the pipeline finds them taken:
@@ -86,31 +96,50 @@ impl GuardMetrics {
                  entry's counts are not exported"
             );
         }
-        Ok(GuardMetrics { checks, hooks })
+        let slots =
+            |n: usize| -> Arc<[OnceLock<IntCounter>]> { (0..n).map(|_| OnceLock::new()).collect() };
+        Ok(GuardMetrics {
+            checks,
+            hooks,
+            check_counters: slots(super::checks::KNOWN.len() * 2 * VERDICTS.len()),
+            hook_counters: slots(2 * OUTCOMES.len()),
+        })
     }
 
     fn count(&self, side: Side, hook: &HookResult) {
+        let side_index = usize::from(side == Side::Output);
         let side = side_label(side);
         for c in &hook.checks {
             let verdict = if c.error.is_some() {
-                "error"
+                2
             } else if c.data.get("skipped") == Some(&Value::Bool(true)) {
-                "skipped"
+                3
             } else if c.verdict {
-                "pass"
+                0
             } else {
-                "fail"
+                1
             };
-            if let Some(id) = super::checks::KNOWN.iter().find(|k| **k == c.id) {
-                self.checks.with_label_values(&[id, side, verdict]).inc();
+            if let Some(known) = super::checks::KNOWN.iter().position(|k| *k == c.id) {
+                let slot = (known * 2 + side_index) * VERDICTS.len() + verdict;
+                self.check_counters[slot]
+                    .get_or_init(|| {
+                        self.checks.with_label_values(&[
+                            super::checks::KNOWN[known],
+                            side,
+                            VERDICTS[verdict],
+                        ])
+                    })
+                    .inc();
             }
         }
         let outcome = match (hook.verdict, hook.deny && !hook.is_async) {
-            (true, _) => "pass",
-            (false, false) => "fail",
-            (false, true) => "deny",
+            (true, _) => 0,
+            (false, false) => 1,
+            (false, true) => 2,
         };
-        self.hooks.with_label_values(&[side, outcome]).inc();
+        self.hook_counters[side_index * OUTCOMES.len() + outcome]
+            .get_or_init(|| self.hooks.with_label_values(&[side, OUTCOMES[outcome]]))
+            .inc();
     }
 }
 
@@ -157,12 +186,23 @@ impl Runner {
         let started = Instant::now();
         let rewrites_before = m.rewrites;
         let mut slots: Vec<Option<CheckResult>> = hook.checks.iter().map(|_| None).collect();
+        // The checked text, joined once and again only after a rewrite.
+        let mut text = m.subject.text();
         for (i, check) in hook.checks.iter().enumerate() {
             if !check.needs_network() {
-                slots[i] = Some(self.local(check, m));
+                slots[i] = Some(self.local(check, m, &mut text));
             }
         }
-        let text = m.subject.text();
+        if slots.iter().all(Option::is_some) {
+            let result = hook_result(
+                hook,
+                slots.into_iter().flatten().collect(),
+                m.rewrites > rewrites_before,
+                started,
+            );
+            self.report(m.side, &result);
+            return result;
+        }
         let input = input_of(m, &text);
         let network = hook
             .checks
@@ -182,14 +222,15 @@ impl Runner {
         result
     }
 
-    /// Runs one check without the network, applying its rewrite.
-    fn local(&self, check: &Check, m: &mut Material) -> CheckResult {
+    /// Runs one check without the network on `text` (the subject's, joined), applying its
+    /// rewrite (and joining the text again).
+    fn local(&self, check: &Check, m: &mut Material, text: &mut String) -> CheckResult {
         let t = Instant::now();
-        let text = m.subject.text();
-        let mut outcome = check.run_local(&input_of(m, &text));
+        let mut outcome = check.run_local(&input_of(m, text));
         if let Some(texts) = outcome.rewritten.take() {
             if m.can_rewrite {
                 m.apply(texts);
+                *text = m.subject.text();
             }
         }
         check_result(check.id(), outcome, t)
@@ -202,7 +243,12 @@ impl Runner {
         let mut results = Vec::new();
         for hook in hooks.iter().filter(|h| !h.is_async) {
             let started = Instant::now();
-            let checks = hook.checks.iter().map(|c| self.local(c, m)).collect();
+            let mut text = m.subject.text();
+            let checks = hook
+                .checks
+                .iter()
+                .map(|c| self.local(c, m, &mut text))
+                .collect();
             let result = hook_result(hook, checks, false, started);
             self.report(m.side, &result);
             results.push(result);
@@ -251,16 +297,16 @@ impl Runner {
 
     fn report(&self, side: Side, result: &HookResult) {
         self.metrics.count(side, result);
-        let failed: Vec<&str> = result
-            .checks
-            .iter()
-            .filter(|c| !c.verdict)
-            .map(|c| c.id.as_str())
-            .collect();
         if result.verdict {
             tracing::debug!(target: "gateway::guardrails", hook = result.id.as_str(),
                 side = side_label(side), is_async = result.is_async, "hook passed");
         } else {
+            let failed: Vec<&str> = result
+                .checks
+                .iter()
+                .filter(|c| !c.verdict)
+                .map(|c| c.id.as_str())
+                .collect();
             tracing::info!(target: "gateway::guardrails", hook = result.id.as_str(),
                 side = side_label(side), deny = result.deny, is_async = result.is_async,
                 failed = ?failed, "hook failed");

@@ -484,11 +484,13 @@ impl Plugin for Guardrails {
                 }
             }
         }
-        let all = HookResults::of(cx);
+        let Some(all) = cx.extensions.get::<HookResults>() else {
+            return Ok(Flow::Continue);
+        };
         if all.before_request_hooks.is_empty() && all.after_request_hooks.is_empty() {
             return Ok(Flow::Continue);
         }
-        if let Some(body) = with_results(&response.body, &all) {
+        if let Some(body) = with_results(&response.body, all) {
             response.body = Bytes::from(body);
         }
         if all.any_failed() {

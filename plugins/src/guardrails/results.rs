@@ -68,7 +68,7 @@ impl HookResult {
 }
 
 /// The results gathered for one request, kept in `RequestCx::extensions`.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct HookResults {
     pub before_request_hooks: Vec<HookResult>,
     pub after_request_hooks: Vec<HookResult>,
@@ -140,11 +140,32 @@ pub fn refused(results: &HookResults) -> PluginResponse {
 /// A JSON answer body with `hook_results` added (the body is left as is when it is not a JSON
 /// object).
 pub fn with_results(body: &[u8], results: &HookResults) -> Option<Vec<u8>> {
-    let mut value: Value = serde_json::from_slice(body).ok()?;
-    value
-        .as_object_mut()?
-        .insert("hook_results".into(), results.to_json());
-    serde_json::to_vec(&value).ok()
+    // The body is the provider's JSON object, written once: the results go in before its
+    // closing brace, without parsing and writing the whole answer again. A body that is not
+    // plainly an object, or that has `hook_results` already, is rebuilt instead.
+    let end = body.iter().rposition(|b| !b.is_ascii_whitespace())?;
+    let start = body.iter().position(|b| !b.is_ascii_whitespace())?;
+    let plain = body[start] == b'{'
+        && body[end] == b'}'
+        && memchr::memmem::find(body, b"\"hook_results\"").is_none();
+    if !plain {
+        let mut value: Value = serde_json::from_slice(body).ok()?;
+        value
+            .as_object_mut()?
+            .insert("hook_results".into(), results.to_json());
+        return serde_json::to_vec(&value).ok();
+    }
+    let empty = body[start + 1..end].iter().all(u8::is_ascii_whitespace);
+    let mut out = Vec::with_capacity(body.len() + 512);
+    out.extend_from_slice(&body[..end]);
+    out.extend_from_slice(if empty {
+        b"\"hook_results\":"
+    } else {
+        b",\"hook_results\":"
+    });
+    serde_json::to_writer(&mut out, results).ok()?;
+    out.push(b'}');
+    Some(out)
 }
 
 /// The status 246, for answers let through with a failed hook.
@@ -193,6 +214,25 @@ mod tests {
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
         assert_eq!(civil_from_days(20_778), (2026, 11, 21));
         assert!(now_rfc3339().ends_with('Z'));
+    }
+
+    #[test]
+    fn results_join_the_answer_as_its_last_member() {
+        let results = HookResults::default();
+        let spliced = |body: &str| -> Value {
+            serde_json::from_slice(&with_results(body.as_bytes(), &results).unwrap()).unwrap()
+        };
+        let got = spliced(" {\"id\": \"x\", \"choices\": [1]}\n");
+        assert_eq!(got["id"], "x");
+        assert_eq!(got["choices"], json!([1]));
+        assert_eq!(got["hook_results"]["before_request_hooks"], json!([]));
+        assert_eq!(spliced("{ }")["hook_results"]["after_request_hooks"], json!([]));
+        // A body that already has hook_results is rebuilt, not given a second member.
+        let got = spliced(r#"{"hook_results": 1, "a": 2}"#);
+        assert_eq!(got["a"], 2);
+        assert!(got["hook_results"].is_object());
+        assert!(with_results(b"[1]", &results).is_none());
+        assert!(with_results(b"not json", &results).is_none());
     }
 
     #[test]
