@@ -226,7 +226,10 @@ mod tests {
         assert_eq!(got["id"], "x");
         assert_eq!(got["choices"], json!([1]));
         assert_eq!(got["hook_results"]["before_request_hooks"], json!([]));
-        assert_eq!(spliced("{ }")["hook_results"]["after_request_hooks"], json!([]));
+        assert_eq!(
+            spliced("{ }")["hook_results"]["after_request_hooks"],
+            json!([])
+        );
         // A body that already has hook_results is rebuilt, not given a second member.
         let got = spliced(r#"{"hook_results": 1, "a": 2}"#);
         assert_eq!(got["a"], 2);
