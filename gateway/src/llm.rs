@@ -70,8 +70,8 @@ fn vertex_request_type(client: &HeaderMap) -> Result<Option<HeaderValue>, Gatewa
         }
         _ => Err(GatewayError::invalid_param(
             VERTEX_REQUEST_TYPE.as_str(),
-            "must be dedicated (Provisioned Throughput only) or shared (pay-as-you-go only); \
-             leave it out to spill over from the first to the second",
+            "x-vertex-ai-llm-request-type must be dedicated (Provisioned Throughput only) or \
+             shared (pay-as-you-go only); leave it out to spill over from the first to the second",
         )),
     }
 }
