@@ -82,21 +82,22 @@ struct UpdateConfig {
     is_default: Option<bool>,
 }
 
+/// The query of a listing of workspace-owned resources (configs, guardrails).
 #[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
-struct ListQuery {
+pub(super) struct WorkspacePageQuery {
     /// Items per page: 0 to 100, default 50.
     #[serde(default)]
     #[param(minimum = 0, maximum = 100)]
-    page_size: Option<i64>,
+    pub page_size: Option<i64>,
     /// The page, from 0.
     #[serde(default)]
     #[param(minimum = 0)]
-    current_page: Option<i64>,
+    pub current_page: Option<i64>,
     /// Only this workspace's (id or slug); a workspace key lists its own workspace's.
     #[serde(default)]
-    workspace_id: Option<String>,
+    pub workspace_id: Option<String>,
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
@@ -177,7 +178,7 @@ pub async fn create(State(app): State<AppState>, mut ctx: Ctx) -> Result<Json<Va
     tag = tag::CONFIGS,
     summary = "List configs",
     description = "The configs the caller may list, newest first.",
-    params(ListQuery),
+    params(WorkspacePageQuery),
     responses(
         (status = 200, description = "A page of configs.", body = ListEnvelope),
         (status = 400, description = "An invalid query.", body = ErrorBody),
@@ -185,7 +186,7 @@ pub async fn create(State(app): State<AppState>, mut ctx: Ctx) -> Result<Json<Va
     )
 )]
 pub async fn list(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
-    let q: ListQuery = ctx.query()?;
+    let q: WorkspacePageQuery = ctx.query()?;
     let page = Page::new(q.page_size, q.current_page)?;
     let p = &ctx.principal;
     let workspace_id = list_workspace(&app.store, p, q.workspace_id.as_deref()).await?;

@@ -9,9 +9,9 @@ use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
-use utoipa::{IntoParams, ToSchema};
+use utoipa::ToSchema;
 
-use super::configs::{list_workspace, target_workspace};
+use super::configs::{list_workspace, target_workspace, WorkspacePageQuery};
 use super::openapi::{tag, EmptyObject, ErrorBody, ListEnvelope};
 use super::{empty, list_envelope, AppState, Ctx, PathParams};
 use crate::authz::{self, Action, Op, Principal, Resource};
@@ -98,23 +98,6 @@ struct UpdateGuardrail {
     actions: Option<Actions>,
 }
 
-#[derive(Debug, Deserialize, IntoParams)]
-#[serde(deny_unknown_fields)]
-#[into_params(parameter_in = Query)]
-struct ListQuery {
-    /// Items per page: 0 to 100, default 50.
-    #[serde(default)]
-    #[param(minimum = 0, maximum = 100)]
-    page_size: Option<i64>,
-    /// The page, from 0.
-    #[serde(default)]
-    #[param(minimum = 0)]
-    current_page: Option<i64>,
-    /// Only this workspace's (id or slug); a workspace key lists its own workspace's.
-    #[serde(default)]
-    workspace_id: Option<String>,
-}
-
 /// `{id, slug, object}`: the new guardrail.
 #[derive(ToSchema)]
 #[allow(dead_code)] // described in the OpenAPI document, never built
@@ -182,7 +165,7 @@ pub async fn create(State(app): State<AppState>, mut ctx: Ctx) -> Result<Json<Va
     tag = tag::GUARDRAILS,
     summary = "List guardrails",
     description = "The guardrails the caller may list, newest first.",
-    params(ListQuery),
+    params(WorkspacePageQuery),
     responses(
         (status = 200, description = "A page of guardrails.", body = ListEnvelope),
         (status = 400, description = "An invalid query.", body = ErrorBody),
@@ -190,7 +173,7 @@ pub async fn create(State(app): State<AppState>, mut ctx: Ctx) -> Result<Json<Va
     )
 )]
 pub async fn list(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
-    let q: ListQuery = ctx.query()?;
+    let q: WorkspacePageQuery = ctx.query()?;
     let page = Page::new(q.page_size, q.current_page)?;
     let p = &ctx.principal;
     let workspace_id = list_workspace(&app.store, p, q.workspace_id.as_deref()).await?;
