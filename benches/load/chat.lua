@@ -1,7 +1,10 @@
--- wrk script: a ~1 KB chat completion request, the same shape for every target, with a new
--- prompt each time (a counter) so that the gateway's cache takes its miss path.
+-- wrk script: a ~1 KB chat completion request (GW_BENCH_PROMPT_BYTES sets the user message's
+-- size), the same shape for every target, with a new prompt each time (a counter) so that the
+-- gateway's cache takes its miss path.
 -- The gateway headers are read by the gateway and ignored by the mock and the bare proxy.
-local content = string.rep("The quick brown fox jumps over the lazy dog. ", 20)
+local sentence = "The quick brown fox jumps over the lazy dog. "
+local prompt_bytes = tonumber(os.getenv("GW_BENCH_PROMPT_BYTES") or "") or 900
+local content = string.rep(sentence, math.max(1, math.ceil(prompt_bytes / #sentence)))
 local counter = 0
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"

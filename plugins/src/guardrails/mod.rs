@@ -484,7 +484,14 @@ impl Plugin for Guardrails {
                 }
             }
         }
-        let Some(all) = cx.extensions.get::<HookResults>() else {
+        // One entry writes the results into the answer: the first of the pipeline (the one
+        // that took the request's own hooks), whose response phase runs last, after every other
+        // entry recorded its own.
+        let writes = cx
+            .extensions
+            .get::<RequestHooks>()
+            .is_some_and(|r| r.owner == self.instance);
+        let Some(all) = cx.extensions.get::<HookResults>().filter(|_| writes) else {
             return Ok(Flow::Continue);
         };
         if all.before_request_hooks.is_empty() && all.after_request_hooks.is_empty() {

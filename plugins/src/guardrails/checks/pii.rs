@@ -162,26 +162,179 @@ fn is_date(s: &str) -> bool {
     .is_match(s)
 }
 
-/// What was found in a text: the text with placeholders, and each category's matches.
-fn scan(text: &str, categories: &[Category]) -> (String, Vec<(Category, String)>) {
-    let mut current = text.to_owned();
+/// The categories whose pattern can match somewhere in `text`, found before any pattern runs:
+/// most texts hold no `@`, no two colons a few hex digits apart and no run of digits long
+/// enough for a card, an SSN, an address or a phone number, and then no pattern runs at all.
+///
+/// Each test is a necessary condition of its pattern and of what [`Category::accepts`] keeps:
+/// an e-mail address holds `@`; an IPv6 address two colons with at most four hex digits
+/// between them; a card number is a run of digits, spaces and dashes with 13 or more digits;
+/// an SSN a run of digits and dashes with 9; an IPv4 address a run of digits and dots with 4
+/// digits and 3 dots; a phone number a run of digits, spaces, dots, dashes, parentheses and `+`
+/// with 7 digits. No match of those four holds more than two non-digits in a row, so 64 bytes
+/// without a digit end every run: such blocks are skipped whole. Replacing a match by its
+/// placeholder (letters, `_` and brackets) only cuts runs, so a category that cannot match the
+/// original text cannot match it after the earlier categories' replacements either.
+fn possible(text: &str, categories: &[Category]) -> Vec<Category> {
+    let wanted = |c: Category| categories.contains(&c);
+    let bytes = text.as_bytes();
+    let mut found = Vec::with_capacity(categories.len());
+    if wanted(Category::Email) && memchr::memchr(b'@', bytes).is_some() {
+        found.push(Category::Email);
+    }
+    let ipv6 = wanted(Category::Ip) && near_colons(bytes);
+    let (card, ssn, ipv4, phone) = digit_runs(bytes);
+    for (category, possible) in [
+        (Category::Card, card),
+        (Category::Ssn, ssn),
+        (Category::Ip, ipv4 || ipv6),
+        (Category::Phone, phone),
+    ] {
+        if possible && wanted(category) {
+            found.push(category);
+        }
+    }
+    found
+}
+
+/// Two colons with at most four hex digits between them.
+fn near_colons(bytes: &[u8]) -> bool {
+    let mut previous: Option<usize> = None;
+    for at in memchr::memchr_iter(b':', bytes) {
+        if let Some(p) = previous {
+            if at - p <= 5 && bytes[p + 1..at].iter().all(u8::is_ascii_hexdigit) {
+                return true;
+            }
+        }
+        previous = Some(at);
+    }
+    false
+}
+
+/// Whether `bytes` hold a run long enough for a card number, an SSN, an IPv4 address and a
+/// phone number (see [`possible`]).
+///
+/// The runs are those of phone-number characters (digits, space, dot, dash, parentheses,
+/// `+`), which hold the runs of each of the four: a card needs 13 digits in one, an SSN 9, a
+/// phone number 7, an IPv4 address 4 digits and 3 dots. Bytes are taken 64 at a time as bit
+/// masks (digit, run character, dot), and only the runs that hold a digit are looked at: in
+/// prose that is a few per block.
+fn digit_runs(bytes: &[u8]) -> (bool, bool, bool, bool) {
+    let mut most = 0; // the most digits in one run
+    let mut dotted = false; // a run with 4 digits and 3 dots
+    // The digits and dots of the run that reached the end of the previous block.
+    let (mut carried_digits, mut carried_dots) = (0, 0);
+    for block in bytes.chunks(64) {
+        let [digit, class, dot] = block_masks(block);
+        if digit == 0 {
+            // No match holds more than two non-digits in a row: 64 end every run.
+            (carried_digits, carried_dots) = (0, 0);
+            continue;
+        }
+        // The run holding bit `at`, as a mask, with the carried counts when it starts the block.
+        let run = |at: u32| -> (u64, u32, u32) {
+            let end = at + (class >> at).trailing_ones();
+            let outside = !class & ((1u64 << at) - 1);
+            let start = 64 - outside.leading_zeros();
+            let upto = if end >= 64 { u64::MAX } else { (1u64 << end) - 1 };
+            let mask = upto & !((1u64 << start) - 1);
+            let (d, p) = if start == 0 {
+                (carried_digits, carried_dots)
+            } else {
+                (0, 0)
+            };
+            (
+                mask,
+                d + (digit & mask).count_ones(),
+                p + (dot & mask).count_ones(),
+            )
+        };
+        let mut pending = digit;
+        while pending != 0 {
+            let (mask, digits, dots) = run(pending.trailing_zeros());
+            most = most.max(digits);
+            dotted |= digits >= 4 && dots >= 3;
+            pending &= !mask;
+        }
+        let last = block.len() as u32 - 1;
+        (carried_digits, carried_dots) = if class >> last & 1 == 1 {
+            let (_, digits, dots) = run(last);
+            (digits, dots)
+        } else {
+            (0, 0)
+        };
+    }
+    (most >= 13, most >= 9, dotted, most >= 7)
+}
+
+/// Bit `i` of each mask tells whether byte `i` of a block of at most 64 is a digit, a
+/// phone-number character, a dot. The comparisons are written byte by byte into arrays and
+/// packed eight at a time, which compiles to vector instructions (about 0.3 ns a byte, against
+/// 2 for setting bits one by one).
+fn block_masks(block: &[u8]) -> [u64; 3] {
+    let mut bytes = [0u8; 64];
+    bytes[..block.len()].copy_from_slice(block);
+    let (mut digit, mut class, mut dot) = ([0u8; 64], [0u8; 64], [0u8; 64]);
+    for i in 0..64 {
+        let b = bytes[i];
+        let is_digit = b.wrapping_sub(b'0') < 10;
+        let is_dot = b == b'.';
+        digit[i] = u8::from(is_digit);
+        dot[i] = u8::from(is_dot);
+        class[i] = u8::from(
+            is_digit
+                | is_dot
+                | (b == b' ')
+                | (b == b'-')
+                | (b == b'(')
+                | (b == b')')
+                | (b == b'+'),
+        );
+    }
+    // Eight flags of 0 or 1, as the bytes of a word, become eight bits by one multiplication.
+    let pack = |flags: &[u8; 64]| -> u64 {
+        flags
+            .chunks_exact(8)
+            .enumerate()
+            .map(|(k, eight)| {
+                let word = u64::from_le_bytes(eight.try_into().unwrap_or_default());
+                (word.wrapping_mul(0x0102_0408_1020_4080) >> 56) << (8 * k)
+            })
+            .fold(0, |mask, bits| mask | bits)
+    };
+    [pack(&digit), pack(&class), pack(&dot)]
+}
+
+/// What was found in a text: the text with placeholders (`None` when nothing was found), and
+/// each category's matches.
+fn scan(text: &str, categories: &[Category]) -> (Option<String>, Vec<(Category, String)>) {
+    scan_for(text, &possible(text, categories))
+}
+
+/// [`scan`] for the patterns of `categories`, without looking first which can match.
+fn scan_for(text: &str, categories: &[Category]) -> (Option<String>, Vec<(Category, String)>) {
     let mut found = Vec::new();
+    let mut current: Option<String> = None;
     for category in ORDER.iter().filter(|c| categories.contains(c)) {
+        let haystack = current.as_deref().unwrap_or(text);
         let regex = category.regex();
-        let mut out = String::with_capacity(current.len());
+        let mut out = String::new();
         let mut last = 0;
-        for m in regex.find_iter(&current) {
-            if m.as_str().is_empty() || !category.accepts(&current, m.start(), m.as_str()) {
+        for m in regex.find_iter(haystack) {
+            if m.as_str().is_empty() || !category.accepts(haystack, m.start(), m.as_str()) {
                 continue;
             }
-            out.push_str(&current[last..m.start()]);
+            if last == 0 {
+                out.reserve(haystack.len());
+            }
+            out.push_str(&haystack[last..m.start()]);
             out.push_str(&category.placeholder());
             found.push((*category, m.as_str().to_owned()));
             last = m.end();
         }
         if last > 0 {
-            out.push_str(&current[last..]);
-            current = out;
+            out.push_str(&haystack[last..]);
+            current = Some(out);
         }
     }
     (current, found)
@@ -227,12 +380,15 @@ impl Pii {
 
     /// Scans (and with `redact` and `can_rewrite`, rewrites) every segment.
     pub fn run(&self, segments: &[String], can_rewrite: bool) -> Outcome {
-        let mut rewritten = Vec::with_capacity(segments.len());
+        let mut cleaned: Vec<Option<String>> = Vec::new();
         let mut found = Vec::new();
-        for text in segments {
+        for (i, text) in segments.iter().enumerate() {
             let (clean, hits) = scan(text, &self.categories);
             found.extend(hits);
-            rewritten.push(clean);
+            if let Some(clean) = clean {
+                cleaned.resize(i + 1, None);
+                cleaned[i] = Some(clean);
+            }
         }
         let mut counts = serde_json::Map::new();
         for (category, _) in &found {
@@ -254,11 +410,20 @@ impl Pii {
                 (false, false, false) => "personal data was found",
             },
         });
+        // Only a redaction copies the texts: each segment cleaned, or as it was.
+        let rewritten = redacting.then(|| {
+            cleaned.resize(segments.len(), None);
+            cleaned
+                .into_iter()
+                .zip(segments)
+                .map(|(clean, text)| clean.unwrap_or_else(|| text.clone()))
+                .collect()
+        });
         Outcome {
             verdict: found.is_empty() || redacting,
             data,
             error: None,
-            rewritten: redacting.then_some(rewritten),
+            rewritten,
         }
     }
 
@@ -275,7 +440,7 @@ mod tests {
     use super::*;
 
     fn redacted(text: &str) -> String {
-        scan(text, &ORDER).0
+        scan(text, &ORDER).0.unwrap_or_else(|| text.to_owned())
     }
 
     #[test]
@@ -353,6 +518,54 @@ mod tests {
             issue("default.pii", json!({"categories": []})).0,
             "categories"
         );
+    }
+
+    #[test]
+    fn looking_first_for_what_can_match_changes_no_result() {
+        // Texts made of the characters the patterns care about, in every arrangement a small
+        // generator reaches: what the prefilter lets through is what the patterns alone find.
+        let alphabet: Vec<char> = "0123456789 -.:()+@abcfxyz_\n      ".chars().collect();
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        let samples = [
+            "a@b.io",
+            "4111 1111 1111 1111",
+            "123-45-6789",
+            "10.0.0.1",
+            "fe80::1",
+            "+1 (555) 123-4567",
+            "call 555.123.4567",
+        ];
+        for _ in 0..20_000 {
+            let mut text = String::new();
+            for _ in 0..next(120) {
+                if next(8) == 0 {
+                    text.push_str(samples[next(samples.len())]);
+                } else {
+                    text.push(alphabet[next(alphabet.len())]);
+                }
+            }
+            assert_eq!(scan(&text, &ORDER), scan_for(&text, &ORDER), "{text:?}");
+        }
+        // Prose with numbers in it runs no pattern at all.
+        let prose = "Item 12 of the 2024 report: the quick brown fox, at 3.5 km/h. ";
+        assert!(possible(&prose.repeat(20), &ORDER).is_empty());
+    }
+
+    #[test]
+    fn block_masks_mark_each_byte() {
+        let block = b"a1 .-(+)9x";
+        let [digit, class, dot] = block_masks(block);
+        assert_eq!(digit, 0b1_0000_0010);
+        assert_eq!(class, 0b1_1111_1110);
+        assert_eq!(dot, 0b1000);
+        let full = [b'7'; 64];
+        assert_eq!(block_masks(&full)[0], u64::MAX);
     }
 
     #[test]
