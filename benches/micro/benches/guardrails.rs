@@ -34,17 +34,53 @@ fn checks() -> Vec<(&'static str, Check)> {
     vec![
         (
             "regexMatch (not)",
-            parse("default.regexMatch", json!({"rule": "(?i)ignore (all )?previous instructions", "not": true})),
+            parse(
+                "default.regexMatch",
+                json!({"rule": "(?i)ignore (all )?previous instructions", "not": true}),
+            ),
         ),
-        ("contains (none, 2 words)", parse("default.contains", json!({"operator": "none", "words": ["password", "secret"]}))),
-        ("endsWith", parse("default.endsWith", json!({"suffix": "."}))),
-        ("wordCount", parse("default.wordCount", json!({"maxWords": 100000}))),
-        ("sentenceCount", parse("default.sentenceCount", json!({"maxSentences": 100000}))),
-        ("characterCount", parse("default.characterCount", json!({"maxCharacters": 1000000}))),
-        ("containsCode (SQL, not)", parse("default.containsCode", json!({"format": "SQL", "not": true}))),
-        ("modelWhitelist", parse("default.modelWhitelist", json!({"models": ["gpt-bench"]}))),
-        ("pii (detect, all categories)", parse("default.pii", json!({}))),
-        ("pii (redact, all categories)", parse("default.pii", json!({"redact": true}))),
+        (
+            "contains (none, 2 words)",
+            parse(
+                "default.contains",
+                json!({"operator": "none", "words": ["password", "secret"]}),
+            ),
+        ),
+        (
+            "endsWith",
+            parse("default.endsWith", json!({"suffix": "."})),
+        ),
+        (
+            "wordCount",
+            parse("default.wordCount", json!({"maxWords": 100000})),
+        ),
+        (
+            "sentenceCount",
+            parse("default.sentenceCount", json!({"maxSentences": 100000})),
+        ),
+        (
+            "characterCount",
+            parse("default.characterCount", json!({"maxCharacters": 1000000})),
+        ),
+        (
+            "containsCode (SQL, not)",
+            parse(
+                "default.containsCode",
+                json!({"format": "SQL", "not": true}),
+            ),
+        ),
+        (
+            "modelWhitelist",
+            parse("default.modelWhitelist", json!({"models": ["gpt-bench"]})),
+        ),
+        (
+            "pii (detect, all categories)",
+            parse("default.pii", json!({})),
+        ),
+        (
+            "pii (redact, all categories)",
+            parse("default.pii", json!({"redact": true})),
+        ),
     ]
 }
 
@@ -64,10 +100,15 @@ fn per_kb(c: &mut Criterion) {
         };
         group.throughput(Throughput::Bytes(text.len() as u64));
         for (name, check) in checks() {
-            assert!(check.run_local(&input).verdict, "{name} passes on the benchmark's text");
-            group.bench_with_input(BenchmarkId::new(name, format!("{kb}KB")), &input, |b, input| {
-                b.iter(|| check.run_local(input))
-            });
+            assert!(
+                check.run_local(&input).verdict,
+                "{name} passes on the benchmark's text"
+            );
+            group.bench_with_input(
+                BenchmarkId::new(name, format!("{kb}KB")),
+                &input,
+                |b, input| b.iter(|| check.run_local(input)),
+            );
         }
     }
     group.finish();

@@ -26,14 +26,39 @@ pub struct Material {
     pub side: Side,
     pub subject: Subject,
     pub model: Option<String>,
-    /// The request body (`null` when no check needs it).
-    pub request: Value,
+    /// The request body.
+    pub request: Body,
     /// The answer body, on the output side.
-    pub response: Option<Value>,
+    pub response: Option<Body>,
     /// False for streamed answers.
     pub can_rewrite: bool,
     /// How many rewrites were applied to the subject (and the body it came from).
     pub rewrites: u32,
+}
+
+/// A body as bytes, parsed into JSON only when something needs the tree: a rewrite, or a
+/// check that sends the body (a webhook). Most requests never parse it.
+#[derive(Debug, Clone)]
+pub struct Body {
+    bytes: bytes::Bytes,
+    json: Option<Value>,
+}
+
+impl Body {
+    pub fn new(bytes: bytes::Bytes) -> Body {
+        Body { bytes, json: None }
+    }
+
+    /// The body as JSON (`null` when it is not JSON), parsed on first use.
+    pub fn json(&mut self) -> &mut Value {
+        self.json
+            .get_or_insert_with(|| serde_json::from_slice(&self.bytes).unwrap_or(Value::Null))
+    }
+
+    /// The JSON, if it was parsed.
+    pub fn parsed(&self) -> Option<&Value> {
+        self.json.as_ref()
+    }
 }
 
 impl Material {
@@ -44,7 +69,7 @@ impl Material {
             Side::Output => self.response.as_mut(),
         };
         if let Some(body) = body {
-            self.subject.write_into(body);
+            self.subject.write_into(body.json());
         }
         self.rewrites += 1;
     }
@@ -52,6 +77,14 @@ impl Material {
     /// Whether any check rewrote the subject.
     pub fn transformed(&self) -> bool {
         self.rewrites > 0
+    }
+
+    /// Parses the bodies, for checks that send them.
+    fn parse_bodies(&mut self) {
+        self.request.json();
+        if let Some(response) = self.response.as_mut() {
+            response.json();
+        }
     }
 }
 
@@ -203,6 +236,7 @@ impl Runner {
             self.report(m.side, &result);
             return result;
         }
+        m.parse_bodies();
         let input = input_of(m, &text);
         let network = hook
             .checks
@@ -314,6 +348,8 @@ impl Runner {
     }
 }
 
+/// What a check reads. The bodies are there once parsed ([`Material::parse_bodies`], before
+/// the checks that send them); local checks read only the text.
 fn input_of<'a>(m: &'a Material, text: &'a str) -> Input<'a> {
     Input {
         side: m.side,
@@ -321,8 +357,8 @@ fn input_of<'a>(m: &'a Material, text: &'a str) -> Input<'a> {
         segments: m.subject.texts(),
         model: m.model.as_deref(),
         can_rewrite: m.can_rewrite,
-        request: &m.request,
-        response: m.response.as_ref(),
+        request: m.request.parsed().unwrap_or(&Value::Null),
+        response: m.response.as_ref().and_then(Body::parsed),
     }
 }
 

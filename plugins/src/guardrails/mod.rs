@@ -66,7 +66,7 @@ use plugin_sdk::{
 use config::{
     build_items, describe, hooks_of_config, parse_items, Allow, Entry, Hook, HookSet, RawHook,
 };
-use hooks::{GuardMetrics, Material, Runner};
+use hooks::{Body, GuardMetrics, Material, Runner};
 use results::{refused, warned_status, with_results, HookResult, HookResults, Side};
 use saved::{Saved, Scope};
 use text::Subject;
@@ -357,16 +357,11 @@ impl Guardrails {
 
     /// Ends a stream: every hook on the whole text.
     fn finish_stream(&self, cx: &mut RequestCx, hooks: &[Arc<Hook>], text: String) -> Flow {
-        let request = if hooks.iter().any(|h| h.is_async && h.needs_network()) {
-            serde_json::from_slice(&cx.body).unwrap_or(Value::Null)
-        } else {
-            Value::Null
-        };
         let mut m = Material {
             side: Side::Output,
             subject: Subject::single(text),
             model: cx.requested_model().map(str::to_owned),
-            request,
+            request: Body::new(cx.body.clone()),
             response: None,
             can_rewrite: false,
             rewrites: 0,
@@ -426,21 +421,21 @@ impl Plugin for Guardrails {
         if before.is_empty() || matches!(cx.route, Route::Passthrough | Route::FineTuningJobs) {
             return Ok(Flow::Continue);
         }
-        let Ok(body) = serde_json::from_slice::<Value>(&cx.body) else {
+        let Some(subject) = Subject::read_input(cx.route, &cx.body) else {
             return Ok(Flow::Continue);
         };
         let mut m = Material {
             side: Side::Input,
-            subject: Subject::input(cx.route, &body),
+            subject,
             model: cx.requested_model().map(str::to_owned),
-            request: body,
+            request: Body::new(cx.body.clone()),
             response: None,
             can_rewrite: true,
             rewrites: 0,
         };
         let results = self.runner.run(&before, &mut m).await;
         if m.transformed() {
-            let bytes = serde_json::to_vec(&m.request)
+            let bytes = serde_json::to_vec(m.request.json())
                 .map_err(|e| GatewayError::internal(format!("cannot encode the request: {e}")))?;
             cx.request = LlmRequest::decode(cx.route, &bytes)?;
             cx.body = Bytes::from(bytes);
@@ -458,24 +453,21 @@ impl Plugin for Guardrails {
         }
         let after = self.after_hooks(cx)?;
         if matches!(cx.route, Route::ChatCompletions | Route::Messages) && !after.is_empty() {
-            if let Ok(body) = serde_json::from_slice::<Value>(&response.body) {
-                let request = if after.iter().any(|h| h.needs_network()) {
-                    serde_json::from_slice(&cx.body).unwrap_or(Value::Null)
-                } else {
-                    Value::Null
-                };
+            if let Some(subject) = Subject::read_output(&response.body) {
                 let mut m = Material {
                     side: Side::Output,
-                    subject: Subject::output(&body),
+                    subject,
                     model: cx.requested_model().map(str::to_owned),
-                    request,
-                    response: Some(body),
+                    request: Body::new(cx.body.clone()),
+                    response: Some(Body::new(response.body.clone())),
                     can_rewrite: true,
                     rewrites: 0,
                 };
                 let results = self.runner.run(&after, &mut m).await;
                 if m.transformed() {
-                    if let Some(Ok(bytes)) = m.response.as_ref().map(serde_json::to_vec) {
+                    if let Some(Ok(bytes)) =
+                        m.response.as_mut().map(|b| serde_json::to_vec(b.json()))
+                    {
                         response.body = Bytes::from(bytes);
                     }
                 }

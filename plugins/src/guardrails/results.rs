@@ -173,11 +173,26 @@ pub fn warned_status() -> StatusCode {
     StatusCode::from_u16(HOOKS_WARNED).unwrap_or(StatusCode::OK)
 }
 
-/// Now, as RFC 3339 with millisecond precision, for `created_at`.
+/// Now, as RFC 3339 with millisecond precision, for `created_at`. Every check of a request
+/// asks within the same millisecond or two: each thread keeps the last one it wrote.
 pub fn now_rfc3339() -> String {
+    thread_local! {
+        static LAST: std::cell::RefCell<(u128, String)> = const { std::cell::RefCell::new((0, String::new())) };
+    }
     let d = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
+    let millis = d.as_millis();
+    LAST.with(|last| {
+        let mut last = last.borrow_mut();
+        if last.0 != millis || last.1.is_empty() {
+            *last = (millis, format_rfc3339(d));
+        }
+        last.1.clone()
+    })
+}
+
+fn format_rfc3339(d: std::time::Duration) -> String {
     let secs = d.as_secs();
     let (days, rem) = (secs / 86_400, secs % 86_400);
     let (y, m, day) = civil_from_days(days as i64);
@@ -214,6 +229,10 @@ mod tests {
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
         assert_eq!(civil_from_days(20_778), (2026, 11, 21));
         assert!(now_rfc3339().ends_with('Z'));
+        assert_eq!(
+            format_rfc3339(std::time::Duration::from_millis(1_795_721_307_943)),
+            "2026-11-26T19:28:27.943Z"
+        );
     }
 
     #[test]

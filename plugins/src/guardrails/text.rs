@@ -19,6 +19,8 @@
 //! than a string (a `tool_use` input) goes back as JSON when the rewrite still is, else as the
 //! rewritten text: the original never goes through unredacted.
 
+mod read;
+
 use serde_json::Value;
 
 use plugin_sdk::Route;
@@ -39,6 +41,26 @@ impl Subject {
             Route::Embeddings | Route::Moderations => Subject::inputs(body),
             Route::FineTuningJobs | Route::Passthrough => Subject::default(),
         }
+    }
+
+    /// [`Subject::input`] read from the body's bytes in one pass, without parsing it into a
+    /// [`Value`] first; `None` when the bytes are not JSON.
+    pub fn read_input(route: Route, body: &[u8]) -> Option<Subject> {
+        let shape = match route {
+            Route::ChatCompletions | Route::Messages => read::Shape::Conversation,
+            Route::Embeddings | Route::Moderations => read::Shape::Inputs,
+            Route::FineTuningJobs | Route::Passthrough => {
+                return serde_json::from_slice::<serde::de::IgnoredAny>(body)
+                    .ok()
+                    .map(|_| Subject::default())
+            }
+        };
+        read::subject(shape, body)
+    }
+
+    /// [`Subject::output`] read from the answer's bytes; `None` when they are not JSON.
+    pub fn read_output(body: &[u8]) -> Option<Subject> {
+        read::subject(read::Shape::Answer, body)
     }
 
     /// The texts of an answer body: a `chat.completion`, or an Anthropic `message`.

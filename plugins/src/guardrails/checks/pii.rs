@@ -222,7 +222,7 @@ fn near_colons(bytes: &[u8]) -> bool {
 fn digit_runs(bytes: &[u8]) -> (bool, bool, bool, bool) {
     let mut most = 0; // the most digits in one run
     let mut dotted = false; // a run with 4 digits and 3 dots
-    // The digits and dots of the run that reached the end of the previous block.
+                            // The digits and dots of the run that reached the end of the previous block.
     let (mut carried_digits, mut carried_dots) = (0, 0);
     for block in bytes.chunks(64) {
         let [digit, class, dot] = block_masks(block);
@@ -236,7 +236,11 @@ fn digit_runs(bytes: &[u8]) -> (bool, bool, bool, bool) {
             let end = at + (class >> at).trailing_ones();
             let outside = !class & ((1u64 << at) - 1);
             let start = 64 - outside.leading_zeros();
-            let upto = if end >= 64 { u64::MAX } else { (1u64 << end) - 1 };
+            let upto = if end >= 64 {
+                u64::MAX
+            } else {
+                (1u64 << end) - 1
+            };
             let mask = upto & !((1u64 << start) - 1);
             let (d, p) = if start == 0 {
                 (carried_digits, carried_dots)
@@ -282,13 +286,7 @@ fn block_masks(block: &[u8]) -> [u64; 3] {
         digit[i] = u8::from(is_digit);
         dot[i] = u8::from(is_dot);
         class[i] = u8::from(
-            is_digit
-                | is_dot
-                | (b == b' ')
-                | (b == b'-')
-                | (b == b'(')
-                | (b == b')')
-                | (b == b'+'),
+            is_digit | is_dot | (b == b' ') | (b == b'-') | (b == b'(') | (b == b')') | (b == b'+'),
         );
     }
     // Eight flags of 0 or 1, as the bytes of a word, become eight bits by one multiplication.
