@@ -30,9 +30,13 @@ pub(super) fn subject(shape: Shape, bytes: &[u8]) -> Option<Subject> {
     Some(subject)
 }
 
-/// Consumes whatever value comes and yields `default`.
+/// The visitor methods shared by every reader here: what it expects, and the scalars, which
+/// hold no text (consumed, giving `default`).
 macro_rules! ignore_others {
     ($value:ty, $default:expr) => {
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a JSON value")
+        }
         fn visit_bool<E>(self, _: bool) -> Result<$value, E> {
             Ok($default)
         }
@@ -50,6 +54,18 @@ macro_rules! ignore_others {
         }
         fn visit_none<E>(self) -> Result<$value, E> {
             Ok($default)
+        }
+    };
+}
+
+/// A seed that reads any value with itself as the visitor.
+macro_rules! read_any {
+    ($seed:ty => $value:ty) => {
+        impl<'de> DeserializeSeed<'de> for $seed {
+            type Value = $value;
+            fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<$value, D::Error> {
+                d.deserialize_any(self)
+            }
         }
     };
 }
@@ -80,10 +96,6 @@ struct Top(Shape);
 
 impl<'de> Visitor<'de> for Top {
     type Value = Subject;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a JSON value")
-    }
 
     ignore_others!(Subject, Subject::default());
 
@@ -184,19 +196,10 @@ impl Visitor<'_> for KeyVisitor {
 /// A string, or nothing for any other value.
 struct TextSeed;
 
-impl<'de> DeserializeSeed<'de> for TextSeed {
-    type Value = Option<String>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<String>, D::Error> {
-        d.deserialize_any(self)
-    }
-}
+read_any!(TextSeed => Option<String>);
 
 impl<'de> Visitor<'de> for TextSeed {
     type Value = Option<String>;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a JSON value")
-    }
 
     ignore_others!(Option<String>, None);
 
@@ -220,19 +223,10 @@ impl<'de> Visitor<'de> for TextSeed {
 /// A message content at a pointer: a string, or a list of parts.
 struct ContentSeed(String);
 
-impl<'de> DeserializeSeed<'de> for ContentSeed {
-    type Value = Segments;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Segments, D::Error> {
-        d.deserialize_any(self)
-    }
-}
+read_any!(ContentSeed => Segments);
 
 impl<'de> Visitor<'de> for ContentSeed {
     type Value = Segments;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a JSON value")
-    }
 
     ignore_others!(Segments, Vec::new());
 
@@ -267,19 +261,10 @@ enum List {
 
 struct ListSeed(List);
 
-impl<'de> DeserializeSeed<'de> for ListSeed {
-    type Value = Segments;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Segments, D::Error> {
-        d.deserialize_any(self)
-    }
-}
+read_any!(ListSeed => Segments);
 
 impl<'de> Visitor<'de> for ListSeed {
     type Value = Segments;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a JSON value")
-    }
 
     ignore_others!(Segments, Vec::new());
 
@@ -324,19 +309,10 @@ impl<'de> Visitor<'de> for ListSeed {
 /// `choices`: a list, or `None` when it is anything else.
 struct ChoicesSeed;
 
-impl<'de> DeserializeSeed<'de> for ChoicesSeed {
-    type Value = Option<Segments>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<Segments>, D::Error> {
-        d.deserialize_any(self)
-    }
-}
+read_any!(ChoicesSeed => Option<Segments>);
 
 impl<'de> Visitor<'de> for ChoicesSeed {
     type Value = Option<Segments>;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a JSON value")
-    }
 
     ignore_others!(Option<Segments>, None);
 
@@ -356,19 +332,10 @@ impl<'de> Visitor<'de> for ChoicesSeed {
 /// `input`: a string, or a list whose strings are read (token arrays hold no text).
 struct InputSeed;
 
-impl<'de> DeserializeSeed<'de> for InputSeed {
-    type Value = Segments;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Segments, D::Error> {
-        d.deserialize_any(self)
-    }
-}
+read_any!(InputSeed => Segments);
 
 impl<'de> Visitor<'de> for InputSeed {
     type Value = Segments;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a JSON value")
-    }
 
     ignore_others!(Segments, Vec::new());
 
@@ -413,19 +380,10 @@ struct ObjectSeed {
     pointer: String,
 }
 
-impl<'de> DeserializeSeed<'de> for ObjectSeed {
-    type Value = Segments;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Segments, D::Error> {
-        d.deserialize_any(self)
-    }
-}
+read_any!(ObjectSeed => Segments);
 
 impl<'de> Visitor<'de> for ObjectSeed {
     type Value = Segments;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a JSON value")
-    }
 
     ignore_others!(Segments, Vec::new());
 
