@@ -219,11 +219,9 @@ impl Runner {
         let started = Instant::now();
         let rewrites_before = m.rewrites;
         let mut slots: Vec<Option<CheckResult>> = hook.checks.iter().map(|_| None).collect();
-        // The checked text, joined once and again only after a rewrite.
-        let mut text = m.subject.text();
         for (i, check) in hook.checks.iter().enumerate() {
             if !check.needs_network() {
-                slots[i] = Some(self.local(check, m, &mut text));
+                slots[i] = Some(self.local(check, m));
             }
         }
         if slots.iter().all(Option::is_some) {
@@ -237,7 +235,7 @@ impl Runner {
             return result;
         }
         m.parse_bodies();
-        let input = input_of(m, &text);
+        let input = input_of(m);
         let network = hook
             .checks
             .iter()
@@ -256,15 +254,14 @@ impl Runner {
         result
     }
 
-    /// Runs one check without the network on `text` (the subject's, joined), applying its
-    /// rewrite (and joining the text again).
-    fn local(&self, check: &Check, m: &mut Material, text: &mut String) -> CheckResult {
+    /// Runs one check without the network on the subject's checked text, applying its
+    /// rewrite.
+    fn local(&self, check: &Check, m: &mut Material) -> CheckResult {
         let t = Instant::now();
-        let mut outcome = check.run_local(&input_of(m, text));
+        let mut outcome = check.run_local(&input_of(m));
         if let Some(texts) = outcome.rewritten.take() {
             if m.can_rewrite {
                 m.apply(texts);
-                *text = m.subject.text();
             }
         }
         check_result(check.id(), outcome, t)
@@ -277,12 +274,7 @@ impl Runner {
         let mut results = Vec::new();
         for hook in hooks.iter().filter(|h| !h.is_async) {
             let started = Instant::now();
-            let mut text = m.subject.text();
-            let checks = hook
-                .checks
-                .iter()
-                .map(|c| self.local(c, m, &mut text))
-                .collect();
+            let checks = hook.checks.iter().map(|c| self.local(c, m)).collect();
             let result = hook_result(hook, checks, false, started);
             self.report(m.side, &result);
             results.push(result);
@@ -350,10 +342,10 @@ impl Runner {
 
 /// What a check reads. The bodies are there once parsed ([`Material::parse_bodies`], before
 /// the checks that send them); local checks read only the text.
-fn input_of<'a>(m: &'a Material, text: &'a str) -> Input<'a> {
+fn input_of(m: &Material) -> Input<'_> {
     Input {
         side: m.side,
-        text,
+        text: m.subject.text(),
         segments: m.subject.texts(),
         model: m.model.as_deref(),
         can_rewrite: m.can_rewrite,

@@ -31,6 +31,8 @@ pub struct Subject {
     /// Where each text lives, as a JSON pointer (`/messages/2/content/0/text`).
     pointers: Vec<String>,
     texts: Vec<String>,
+    /// The checked text, joined once for every hook of a side (until a rewrite).
+    joined: std::sync::OnceLock<String>,
 }
 
 impl Subject {
@@ -84,6 +86,7 @@ impl Subject {
         Subject {
             pointers: vec![String::new()],
             texts: vec![text],
+            joined: std::sync::OnceLock::new(),
         }
     }
 
@@ -172,8 +175,8 @@ impl Subject {
     }
 
     /// The checked text: every segment, joined with newlines.
-    pub fn text(&self) -> String {
-        self.texts.join("\n")
+    pub fn text(&self) -> &str {
+        self.joined.get_or_init(|| self.texts.join("\n"))
     }
 
     /// Every segment's text, in order.
@@ -190,6 +193,7 @@ impl Subject {
     pub fn set_texts(&mut self, texts: Vec<String>) {
         if texts.len() == self.texts.len() {
             self.texts = texts;
+            self.joined = std::sync::OnceLock::new();
         }
     }
 
