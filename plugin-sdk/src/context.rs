@@ -117,6 +117,9 @@ pub struct RequestCx {
     pub response: ResponseInfo,
     /// Values plugins hand to later plugins (the authenticated key, a cache key...).
     pub extensions: http::Extensions,
+    /// A check an earlier plugin left for a later one to finish in the same round trip (see
+    /// [`crate::deferred`]). `None` outside the request phase.
+    pub deferred: Option<Box<dyn crate::deferred::Deferred>>,
 }
 
 impl RequestCx {
@@ -136,6 +139,7 @@ impl RequestCx {
             started: Instant::now(),
             response: ResponseInfo::default(),
             extensions: http::Extensions::new(),
+            deferred: None,
         }
     }
 

@@ -11,6 +11,7 @@
 
 pub mod access;
 pub mod context;
+pub mod deferred;
 pub mod egress;
 pub mod error;
 pub mod flow;
@@ -36,6 +37,7 @@ pub type FastMap<K, V> = std::collections::HashMap<K, V, FastState>;
 
 pub use access::{AccessStore, Principal};
 pub use context::{RequestCx, ResponseInfo, Route, Usage};
+pub use deferred::Deferred;
 pub use error::{ErrorKind, GatewayError, ProviderFailure};
 pub use flow::{Flow, PluginResponse};
 pub use plugin::{Chunk, Phases, Plugin};

@@ -99,6 +99,15 @@ pub trait Plugin: Send + Sync + 'static {
         Phases::ALL
     }
 
+    /// Whether this plugin's `on_request` takes over a check an earlier plugin deferred
+    /// ([`RequestCx::deferred`], see [`crate::deferred`]) to finish it with its own work in one
+    /// round trip. Read once, when the pipeline is built. Default: false, and the pipeline
+    /// completes the deferred check before calling this plugin. A plugin that says true must
+    /// complete the check (or defer it again) in every `on_request`.
+    fn joins_deferred(&self) -> bool {
+        false
+    }
+
     /// Runs once per request, in pipeline order, before anything is sent upstream.
     /// Default: continue.
     async fn on_request(&self, _cx: &mut RequestCx) -> Result<Flow, GatewayError> {

@@ -17,6 +17,8 @@ pub struct Pipeline {
     plugins: Vec<Arc<dyn Plugin>>,
     /// The plugins of each phase, in the order the phase runs them.
     request: Vec<Arc<dyn Plugin>>,
+    /// For each plugin of `request`: whether it joins a deferred check.
+    request_joins: Vec<bool>,
     route: Vec<Arc<dyn Plugin>>,
     upstream_request: Vec<Arc<dyn Plugin>>,
     response: Vec<Arc<dyn Plugin>>,
@@ -63,8 +65,10 @@ impl Pipeline {
             in_order.reverse();
             in_order
         };
+        let request = forward(Phases::REQUEST);
         Pipeline {
-            request: forward(Phases::REQUEST),
+            request_joins: request.iter().map(|p| p.joins_deferred()).collect(),
+            request,
             route: forward(Phases::ROUTE),
             upstream_request: forward(Phases::UPSTREAM_REQUEST),
             response: reverse(Phases::RESPONSE),
@@ -88,12 +92,20 @@ impl Pipeline {
         self.plugins.iter().map(|p| p.kind()).collect()
     }
 
+    /// Runs the request phase. A check a plugin deferred ([`plugin_sdk::deferred`]) is
+    /// completed before the next plugin that does not join it runs, and before the phase ends
+    /// (a refusal from it wins over an answer a joining plugin gave).
     pub async fn on_request(&self, cx: &mut RequestCx) -> Result<Flow, GatewayError> {
-        for p in &self.request {
+        for (p, joins) in self.request.iter().zip(&self.request_joins) {
+            if !joins {
+                cx.complete_deferred().await?;
+            }
             if let Flow::Respond(r) = p.on_request(cx).await? {
+                cx.complete_deferred().await?;
                 return Ok(Flow::Respond(r));
             }
         }
+        cx.complete_deferred().await?;
         Ok(Flow::Continue)
     }
 
@@ -246,5 +258,149 @@ mod tests {
                 "a:log"
             ]
         );
+    }
+
+    /// Defers a check that records its completion (and the plugins that joined it), and
+    /// refuses when told to.
+    struct Deferrer {
+        calls: Arc<Mutex<Vec<String>>>,
+        refuse: bool,
+    }
+
+    struct Check {
+        calls: Arc<Mutex<Vec<String>>>,
+        refuse: bool,
+        joined: Vec<&'static str>,
+    }
+
+    #[async_trait]
+    impl plugin_sdk::Deferred for Check {
+        async fn complete(self: Box<Self>, _cx: &mut RequestCx) -> Result<(), GatewayError> {
+            self.calls
+                .lock()
+                .unwrap()
+                .push(format!("check[{}]", self.joined.join(",")));
+            if self.refuse {
+                return Err(GatewayError::new(
+                    plugin_sdk::ErrorKind::InvalidRequest,
+                    "refused by the deferred check",
+                ));
+            }
+            Ok(())
+        }
+
+        fn as_any(&self) -> &(dyn std::any::Any + Send + Sync) {
+            self
+        }
+
+        fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send + Sync> {
+            self
+        }
+    }
+
+    #[async_trait]
+    impl Plugin for Deferrer {
+        fn kind(&self) -> &'static str {
+            "deferrer"
+        }
+
+        async fn on_request(&self, cx: &mut RequestCx) -> Result<Flow, GatewayError> {
+            self.calls.lock().unwrap().push("deferrer:request".into());
+            cx.defer(Box::new(Check {
+                calls: self.calls.clone(),
+                refuse: self.refuse,
+                joined: Vec::new(),
+            }))
+            .await?;
+            Ok(Flow::Continue)
+        }
+    }
+
+    /// Joins a deferred [`Check`] and leaves it deferred.
+    struct Joiner(Arc<Mutex<Vec<String>>>);
+
+    #[async_trait]
+    impl Plugin for Joiner {
+        fn kind(&self) -> &'static str {
+            "joiner"
+        }
+
+        fn joins_deferred(&self) -> bool {
+            true
+        }
+
+        async fn on_request(&self, cx: &mut RequestCx) -> Result<Flow, GatewayError> {
+            self.0.lock().unwrap().push("joiner:request".into());
+            if let Some(check) = cx.deferred.take() {
+                let mut check = check.into_any().downcast::<Check>().expect("a Check");
+                check.joined.push("joiner");
+                cx.deferred = Some(check);
+            }
+            Ok(Flow::Continue)
+        }
+    }
+
+    fn request_cx() -> RequestCx {
+        RequestCx::new(
+            "t".into(),
+            Route::ChatCompletions,
+            http::Method::POST,
+            "/v1/chat/completions".into(),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_deferred_check_completes_before_the_first_plugin_that_does_not_join_it() {
+        for refuse in [false, true] {
+            let calls = Arc::new(Mutex::new(Vec::new()));
+            let recorder: Arc<dyn Plugin> = Arc::new(Recorder {
+                name: "after",
+                phases: Phases::REQUEST,
+                calls: calls.clone(),
+            });
+            let pipeline = Pipeline::new(vec![
+                Arc::new(Deferrer {
+                    calls: calls.clone(),
+                    refuse,
+                }),
+                Arc::new(Joiner(calls.clone())),
+                recorder,
+            ]);
+            let mut cx = request_cx();
+            let outcome = pipeline.on_request(&mut cx).await;
+            assert!(cx.deferred.is_none());
+            if refuse {
+                let err = outcome.expect_err("the check refuses");
+                assert!(err.message.contains("deferred check"), "{}", err.message);
+                // The plugin after the check never saw the refused request.
+                assert_eq!(
+                    *calls.lock().unwrap(),
+                    ["deferrer:request", "joiner:request", "check[joiner]"]
+                );
+            } else {
+                assert!(matches!(outcome, Ok(Flow::Continue)));
+                assert_eq!(
+                    *calls.lock().unwrap(),
+                    [
+                        "deferrer:request",
+                        "joiner:request",
+                        "check[joiner]",
+                        "after:request"
+                    ]
+                );
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_check_deferred_by_the_last_plugin_completes_at_the_end_of_the_phase() {
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let pipeline = Pipeline::new(vec![Arc::new(Deferrer {
+            calls: calls.clone(),
+            refuse: true,
+        })]);
+        let mut cx = request_cx();
+        assert!(pipeline.on_request(&mut cx).await.is_err());
+        assert_eq!(*calls.lock().unwrap(), ["deferrer:request", "check[]"]);
     }
 }
