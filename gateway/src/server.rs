@@ -271,6 +271,7 @@ pub fn run_until_signal(gw: Arc<Gateway>, on_drained: impl FnOnce() + Send + 'st
             tracing::info!("drained; exiting");
             // The exit skips destructors: write the queued request lines and logs first.
             plugins::request_log::flush();
+            plugins::limits::batches::flush_all(Duration::from_secs(5));
             plugins::log_store::flush_all(Duration::from_secs(5));
             on_drained();
             std::process::exit(0);
@@ -281,6 +282,7 @@ pub fn run_until_signal(gw: Arc<Gateway>, on_drained: impl FnOnce() + Send + 'st
         shutdown_signal: Box::new(DrainOnSignal { started }),
     });
     plugins::request_log::flush();
+    plugins::limits::batches::flush_all(Duration::from_secs(5));
     plugins::log_store::flush_all(Duration::from_secs(5));
 }
 

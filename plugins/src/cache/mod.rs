@@ -75,9 +75,10 @@ use plugin_sdk::plugin::ResponseParts;
 use plugin_sdk::target::{CacheMode, CacheSettings};
 use plugin_sdk::{
     BuildCx, Chunk, ConfigIssue, Flow, GatewayError, Phases, Plugin, PluginFactory, PluginResponse,
-    RequestCx, Route, Target,
+    RequestCx, Route, RoutePlan, Target,
 };
 
+use crate::limits::admission::Admission;
 use config::{BackendChoice, CacheConfig, MAX_AGE_CAP_SECS};
 use key::CacheKey;
 use memory::MemoryStore;
@@ -225,6 +226,13 @@ impl Shared {
     }
 }
 
+/// The lookup sent with shared mode's admission, for `on_route`.
+#[derive(Clone)]
+struct Prefetched {
+    key: CacheKey,
+    entry: Result<Option<Entry>, StoreError>,
+}
+
 /// The request's cache entry to be, between `on_route` and the answer. Replaced on each
 /// upstream attempt, so the key is that of the target that answers.
 #[derive(Clone)]
@@ -343,7 +351,55 @@ impl Plugin for CachePlugin {
     }
 
     fn phases(&self) -> Phases {
-        Phases::ROUTE | Phases::RESPONSE | Phases::CHUNK | Phases::LOG
+        let phases = Phases::ROUTE | Phases::RESPONSE | Phases::CHUNK | Phases::LOG;
+        match self.store.redis() {
+            Some(_) => phases | Phases::REQUEST,
+            None => phases,
+        }
+    }
+
+    /// A Redis store looks up in the same round trip as the limits' admission.
+    fn joins_deferred(&self) -> bool {
+        self.store.redis().is_some()
+    }
+
+    /// With a Redis store and shared mode's admission pending on the same server: sends the
+    /// lookup for the target provider selection chose in the admission's round trip
+    /// ([`crate::limits::admission`]); `on_route` uses the entry found when its key is the
+    /// one it computes (a guardrail that rewrote the body, or another target, looks up anew).
+    async fn on_request(&self, cx: &mut RequestCx) -> Result<Flow, GatewayError> {
+        let Some(redis) = self.store.redis() else {
+            return Ok(Flow::Continue);
+        };
+        if cx.gw.cache_force_refresh || !Admission::pending_on(cx, redis.conn()) {
+            return Ok(Flow::Continue);
+        }
+        let Some(RoutePlan::Single(target)) = &cx.plan else {
+            return Ok(Flow::Continue);
+        };
+        let wanted = self.settings_for(cx, target).is_some_and(|s| {
+            s.mode != CacheMode::Semantic && s.max_age_secs.unwrap_or(self.default_max_age) > 0
+        });
+        if !wanted {
+            return Ok(Flow::Continue);
+        }
+        let Ok(key) = key::key_for(cx, target) else {
+            return Ok(Flow::Continue);
+        };
+        let command = redis.get_command(&key);
+        let store = self.store.clone();
+        let mut admission = Admission::join(cx, redis.conn()).await?;
+        admission.set_extra(
+            command,
+            Box::new(move |cx, reply| {
+                if let Some(redis) = store.redis() {
+                    let entry = redis.read_reply(reply);
+                    cx.extensions.insert(Prefetched { key, entry });
+                }
+            }),
+        );
+        cx.deferred = Some(Box::new(admission));
+        Ok(Flow::Continue)
     }
 
     async fn on_route(
@@ -381,7 +437,15 @@ impl Plugin for CachePlugin {
         if cx.gw.cache_force_refresh {
             cx.response.cache_status = Some(REFRESH);
         } else {
-            match self.store.get(&key).await {
+            let prefetched = cx
+                .extensions
+                .remove::<Prefetched>()
+                .filter(|p| p.key == key);
+            let found = match prefetched {
+                Some(p) => p.entry,
+                None => self.store.get(&key).await,
+            };
+            match found {
                 Ok(Some(entry)) => {
                     if let Some(response) = self.answer(cx, entry, max_age) {
                         cx.response.cache_status = Some(HIT);
@@ -428,7 +492,19 @@ impl Plugin for CachePlugin {
             model: cx.response.model.clone(),
             body: response.body.clone(),
         };
-        // Awaited: the client's next request finds the answer.
+        if self.store.redis().is_some() {
+            // Off the answer's path: written within a round trip, so a client's identical
+            // request sent sooner than that still misses.
+            let shared = self.shared.clone();
+            self.store.clone().put_detached(
+                pending.key,
+                entry,
+                pending.ttl,
+                Box::new(move |result| shared.stored(result)),
+            );
+            return Ok(Flow::Continue);
+        }
+        // Awaited (in process, it takes no time): the client's next request finds the answer.
         let result = self.store.put(&pending.key, entry, pending.ttl).await;
         self.shared.stored(result);
         Ok(Flow::Continue)

@@ -1,31 +1,29 @@
 //! The Redis backend: one cache shared by every gateway instance that uses the same Redis.
 //!
 //! An entry is one string key, `{key_prefix}{hex sha-256}`, holding the entry framed by
-//! [`Entry::encode`], written with `SET ... PX <ttl ms>` and read with `GET`. The connection
-//! (a `redis` connection manager, which reconnects by itself) is opened at the first use, so
-//! the gateway starts while Redis is down; every command is bounded by `redis_timeout_ms`.
+//! [`Entry::encode`], written with `SET ... PX <ttl ms>` and read with `GET`. The connections
+//! are those the limits use for the same URL ([`RedisConn::shared`]: one multiplexed
+//! connection per thread, which reconnects by itself), opened at the first use, so the gateway
+//! starts while Redis is down; every command is bounded by `redis_timeout_ms`.
 //! After a failed command the store answers with an error at once for [`PAUSE_AFTER_FAILURE`],
 //! so that an unreachable Redis does not add its timeout to every request.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
 use super::key::CacheKey;
 use super::store::{CacheStore, Entry, StoreError};
+use crate::limits::redis::RedisConn;
 
 /// How long commands are skipped after one failed.
 pub const PAUSE_AFTER_FAILURE: Duration = Duration::from_secs(1);
 
 pub struct RedisStore {
-    client: redis::Client,
-    conn: OnceLock<ConnectionManager>,
+    conn: RedisConn,
     prefix: String,
-    timeout: Duration,
     /// The store's clock start, for `paused_until_ms`.
     epoch: Instant,
     /// Commands are skipped until this time (ms since `epoch`; 0: not paused).
@@ -36,13 +34,10 @@ impl RedisStore {
     /// Parses the URL (nothing is connected yet). The error never repeats the URL, which may
     /// hold a password.
     pub fn new(url: &str, prefix: &str, timeout: Duration) -> Result<RedisStore, String> {
-        let client = redis::Client::open(url)
-            .map_err(|e| format!("the Redis URL (GW_REDIS_URL) is not valid: {:?}", e.kind()))?;
         Ok(RedisStore {
-            client,
-            conn: OnceLock::new(),
+            conn: RedisConn::shared(url, timeout)
+                .map_err(|e| format!("the Redis URL is not valid: {e}"))?,
             prefix: prefix.to_owned(),
-            timeout,
             epoch: Instant::now(),
             paused_until_ms: AtomicU64::new(0),
         })
@@ -53,19 +48,40 @@ impl RedisStore {
         format!("{}{}", self.prefix, key.hex())
     }
 
-    fn connection(&self) -> Result<ConnectionManager, StoreError> {
-        if let Some(c) = self.conn.get() {
-            return Ok(c.clone());
-        }
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout));
-        let manager = self
-            .client
-            .get_connection_manager_lazy(config)
-            .map_err(|e| StoreError(format!("redis: {e}")))?;
-        // Two first requests may race here; one manager wins and the other is dropped.
-        Ok(self.conn.get_or_init(|| manager).clone())
+    /// The connection, for the lookup to join an [`Admission`](crate::limits::admission).
+    pub fn conn(&self) -> &RedisConn {
+        &self.conn
+    }
+
+    /// The command that reads `key`'s entry.
+    pub fn get_command(&self, key: &CacheKey) -> redis::Cmd {
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(self.redis_key(key));
+        cmd
+    }
+
+    /// The entry in the reply to [`RedisStore::get_command`] sent some other way (with an
+    /// admission); a failure pauses the store as a failed [`CacheStore::get`] does.
+    pub fn read_reply(
+        &self,
+        reply: Result<redis::Value, String>,
+    ) -> Result<Option<Entry>, StoreError> {
+        let value = match reply {
+            Ok(value) => value,
+            Err(e) => {
+                self.pause();
+                return Err(StoreError(format!("redis: {e}")));
+            }
+        };
+        let value: Option<Vec<u8>> = redis::from_redis_value(value)
+            .map_err(|e| StoreError(format!("redis: unexpected reply: {e}")))?;
+        value.map(|v| Entry::decode(Bytes::from(v))).transpose()
+    }
+
+    /// Skips commands for [`PAUSE_AFTER_FAILURE`].
+    fn pause(&self) {
+        let resume = self.now_ms() + u64::try_from(PAUSE_AFTER_FAILURE.as_millis()).unwrap_or(0);
+        self.paused_until_ms.store(resume, Ordering::Relaxed);
     }
 
     fn now_ms(&self) -> u64 {
@@ -78,18 +94,15 @@ impl RedisStore {
                 "redis: skipped, a command failed less than a second ago".to_owned(),
             ));
         }
-        let mut conn = self.connection()?;
-        let result = match tokio::time::timeout(self.timeout, cmd.query_async::<T>(&mut conn)).await
+        let result = match self
+            .conn
+            .run(|mut c| async move { cmd.query_async::<T>(&mut c).await })
+            .await
         {
-            Ok(Ok(v)) => return Ok(v),
-            Ok(Err(e)) => Err(StoreError(format!("redis: {e}"))),
-            Err(_) => Err(StoreError(format!(
-                "redis: no answer within {} ms",
-                self.timeout.as_millis()
-            ))),
+            Ok(v) => return Ok(v),
+            Err(e) => Err(StoreError(format!("redis: {e}"))),
         };
-        let resume = self.now_ms() + u64::try_from(PAUSE_AFTER_FAILURE.as_millis()).unwrap_or(0);
-        self.paused_until_ms.store(resume, Ordering::Relaxed);
+        self.pause();
         result
     }
 }
@@ -100,10 +113,12 @@ impl CacheStore for RedisStore {
         "redis"
     }
 
+    fn redis(&self) -> Option<&RedisStore> {
+        Some(self)
+    }
+
     async fn get(&self, key: &CacheKey) -> Result<Option<Entry>, StoreError> {
-        let mut cmd = redis::cmd("GET");
-        cmd.arg(self.redis_key(key));
-        let value: Option<Vec<u8>> = self.run(cmd).await?;
+        let value: Option<Vec<u8>> = self.run(self.get_command(key)).await?;
         value.map(|v| Entry::decode(Bytes::from(v))).transpose()
     }
 

@@ -155,6 +155,13 @@ pub trait CacheStore: Send + Sync + 'static {
     /// `memory` or `redis`, for logs.
     fn name(&self) -> &'static str;
 
+    /// The Redis store, whose lookup may join shared mode's admission
+    /// ([`crate::limits::admission`]) and whose writes leave the request path; `None` for the
+    /// others.
+    fn redis(&self) -> Option<&super::redis::RedisStore> {
+        None
+    }
+
     /// The entry under this key, if one is kept and not expired.
     async fn get(&self, key: &CacheKey) -> Result<Option<Entry>, StoreError>;
 

@@ -1,10 +1,13 @@
-//! The connection to the Redis server that holds counters shared by several gateway instances
-//! (`GW_REDIS_URL`).
+//! The connection to the Redis server that holds the state shared by several gateway
+//! instances (`GW_REDIS_URL`): the rate limits' counters, the budgets and the cache.
 //!
-//! [`RedisConn::new`] only parses the URL (plugins are built before the gateway's runtime
-//! serves anything, and may be built outside one); the connection is opened on first use, from
-//! inside a request, as a [`ConnectionManager`] that reconnects by itself after a failure. Every
-//! command is bounded by the timeout given to [`RedisConn::new`].
+//! [`RedisConn::shared`] only parses the URL (plugins are built before the gateway's runtime
+//! serves anything) and shares one [`Server`] among every plugin built with the same URL, so
+//! that their work can travel in one round trip ([`crate::limits::admission`]). Connections
+//! are opened on first use, one multiplexed [`ConnectionManager`] per thread that uses the
+//! server (a request-path worker, a background writer): commands from one worker pipeline on
+//! its connection without a hop to another thread, and a connection lives on the runtime of
+//! the thread that opened it. Every command is bounded by the handle's timeout.
 //!
 //! After a failed connection attempt, a lost connection or a command that timed out, calls fail
 //! at once for [`RECONNECT_BACKOFF`] instead of each waiting for a timeout: during an outage
@@ -13,43 +16,100 @@
 //!
 //! The URL may hold a password: it is never logged nor put in an error message.
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use tokio::sync::OnceCell;
+use redis::{Cmd, Value};
 
 /// How long calls fail fast after Redis could not be reached.
 pub const RECONNECT_BACKOFF: Duration = Duration::from_secs(1);
 
+/// How long opening a connection may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
 const UNREACHABLE: &str = "Redis is unreachable (retrying shortly)";
 
-/// A lazily opened, shared connection to Redis. Cheap to share behind an `Arc`.
-pub struct RedisConn {
+/// One Redis server (one URL): its client, its failure state and its id in the per-thread
+/// connection tables.
+pub struct Server {
+    id: u64,
     client: redis::Client,
-    manager: OnceCell<ConnectionManager>,
     last_failure: Mutex<Option<Instant>>,
+}
+
+thread_local! {
+    /// This thread's connections, by server id.
+    static CONNECTIONS: RefCell<Vec<(u64, ConnectionManager)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The servers plugins share, by URL.
+fn registry() -> &'static Mutex<HashMap<String, Weak<Server>>> {
+    static SERVERS: OnceLock<Mutex<HashMap<String, Weak<Server>>>> = OnceLock::new();
+    SERVERS.get_or_init(Default::default)
+}
+
+/// A handle on a Redis server with its own command timeout. Cheap to clone.
+#[derive(Clone)]
+pub struct RedisConn {
+    server: Arc<Server>,
     timeout: Duration,
 }
 
 impl RedisConn {
-    /// Parses `url` (`redis://[user:password@]host[:port][/db]`); no I/O. `timeout` bounds the
-    /// connection attempt and every command. The error never repeats the URL.
+    /// Parses `url` (`redis://[user:password@]host[:port][/db]`); no I/O. `timeout` bounds
+    /// every command. A connection of its own, shared with no other handle (tests). The
+    /// error never repeats the URL.
     pub fn new(url: &str, timeout: Duration) -> Result<RedisConn, String> {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let client = redis::Client::open(url)
             .map_err(|e| format!("GW_REDIS_URL is not a usable Redis URL ({})", e.category()))?;
         Ok(RedisConn {
-            client,
-            manager: OnceCell::new(),
-            last_failure: Mutex::new(None),
+            server: Arc::new(Server {
+                id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+                client,
+                last_failure: Mutex::new(None),
+            }),
             timeout,
         })
     }
 
+    /// Like [`RedisConn::new`], but every handle made from the same URL while one is alive
+    /// shares the server: its connections and its failure state.
+    pub fn shared(url: &str, timeout: Duration) -> Result<RedisConn, String> {
+        let mut servers = registry()
+            .lock()
+            .map_err(|_| "the Redis registry is poisoned")?;
+        if let Some(server) = servers.get(url).and_then(Weak::upgrade) {
+            return Ok(RedisConn { server, timeout });
+        }
+        servers.retain(|_, s| s.strong_count() > 0);
+        let conn = RedisConn::new(url, timeout)?;
+        servers.insert(url.to_owned(), Arc::downgrade(&conn.server));
+        Ok(conn)
+    }
+
+    /// The same server with another command timeout.
+    pub fn with_timeout(&self, timeout: Duration) -> RedisConn {
+        RedisConn {
+            server: self.server.clone(),
+            timeout,
+        }
+    }
+
+    /// Whether both handles talk to the same server through the same connections.
+    pub fn same_server(&self, other: &RedisConn) -> bool {
+        Arc::ptr_eq(&self.server, &other.server)
+    }
+
     /// Whether Redis failed within [`RECONNECT_BACKOFF`].
     fn tripped(&self) -> bool {
-        self.last_failure
+        self.server
+            .last_failure
             .lock()
             .map(|last| last.is_some_and(|at| at.elapsed() < RECONNECT_BACKOFF))
             .unwrap_or(false)
@@ -57,57 +117,65 @@ impl RedisConn {
 
     /// Records that Redis could not be reached now.
     fn trip(&self) {
-        if let Ok(mut last) = self.last_failure.lock() {
+        if let Ok(mut last) = self.server.last_failure.lock() {
             *last = Some(Instant::now());
         }
     }
 
-    /// The shared connection, opened on the first call. Fails fast (without trying) within
+    /// This thread's connection, opened on its first call. Fails fast (without trying) within
     /// [`RECONNECT_BACKOFF`] of a failure. Must be called inside a Tokio runtime.
     pub async fn connection(&self) -> Result<ConnectionManager, String> {
         if self.tripped() {
             return Err(UNREACHABLE.to_owned());
         }
-        if let Some(m) = self.manager.get() {
-            return Ok(m.clone());
+        let id = self.server.id;
+        let found = CONNECTIONS.with(|c| {
+            c.borrow()
+                .iter()
+                .find(|(server, _)| *server == id)
+                .map(|(_, m)| m.clone())
+        });
+        if let Some(m) = found {
+            return Ok(m);
         }
         let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(self.timeout))
-            .set_response_timeout(Some(self.timeout))
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(self.timeout.max(Duration::from_secs(1))))
             // Reconnection after a lost connection happens in the background; a request does
             // not wait for a long series of attempts.
             .set_number_of_retries(2);
-        let opened = self
-            .manager
-            .get_or_try_init(|| async {
-                // Callers that queued behind a failed attempt do not each try again.
-                if self.tripped() {
-                    return Err(UNREACHABLE.to_owned());
-                }
-                let result = match tokio::time::timeout(
-                    self.timeout,
-                    ConnectionManager::new_with_config(self.client.clone(), config),
-                )
-                .await
-                {
-                    Ok(Ok(m)) => Ok(m),
-                    Ok(Err(e)) => Err(format!("cannot connect to Redis: {e}")),
-                    Err(_) => Err(format!(
-                        "cannot connect to Redis: no answer within {} ms",
-                        self.timeout.as_millis()
-                    )),
-                };
-                if result.is_err() {
-                    self.trip();
-                }
-                result
-            })
-            .await;
-        opened.cloned()
+        let opened = match tokio::time::timeout(
+            CONNECT_TIMEOUT.min(self.timeout.max(Duration::from_millis(100))),
+            ConnectionManager::new_with_config(self.server.client.clone(), config),
+        )
+        .await
+        {
+            Ok(Ok(m)) => m,
+            Ok(Err(e)) => {
+                self.trip();
+                return Err(format!("cannot connect to Redis: {e}"));
+            }
+            Err(_) => {
+                self.trip();
+                return Err(format!(
+                    "cannot connect to Redis: no answer within {} ms",
+                    self.timeout.as_millis()
+                ));
+            }
+        };
+        // Two first calls on one thread may both connect: the first one kept wins.
+        Ok(CONNECTIONS.with(|c| {
+            let mut c = c.borrow_mut();
+            if let Some((_, m)) = c.iter().find(|(server, _)| *server == id) {
+                return m.clone();
+            }
+            c.push((id, opened.clone()));
+            opened
+        }))
     }
 
-    /// Runs `op` on the shared connection within the timeout. A lost connection or a timeout
-    /// makes the next calls fail fast for [`RECONNECT_BACKOFF`].
+    /// Runs `op` on this thread's connection within the timeout. A lost connection or a
+    /// timeout makes the next calls fail fast for [`RECONNECT_BACKOFF`].
     pub async fn run<T, F, Fut>(&self, op: F) -> Result<T, String>
     where
         F: FnOnce(ConnectionManager) -> Fut,
@@ -136,9 +204,87 @@ impl RedisConn {
         }
     }
 
+    /// Sends `commands` in one round trip (a pipeline, not a transaction) and returns one
+    /// reply per command; a command's own error is its reply ([`Value::ServerError`]). A
+    /// script a command calls by hash ([`LuaScript::call`]) that the server does not know yet
+    /// is loaded, and the commands sent once more (only the script calls failed, none ran).
+    pub async fn pipeline(
+        &self,
+        commands: &[Cmd],
+        scripts: &[&LuaScript],
+    ) -> Result<Vec<Value>, String> {
+        let send = || {
+            let mut pipe = redis::pipe();
+            pipe.ignore_errors();
+            for c in commands {
+                pipe.add_command(c.clone());
+            }
+            pipe
+        };
+        let pipe = send();
+        let replies: Vec<Value> = self
+            .run(|mut c| async move { pipe.query_async(&mut c).await })
+            .await?;
+        if !replies.iter().any(is_noscript) {
+            return Ok(replies);
+        }
+        let mut load = redis::pipe();
+        for s in scripts {
+            load.cmd("SCRIPT").arg("LOAD").arg(s.code).ignore();
+        }
+        let pipe = send();
+        self.run(|mut c| async move {
+            load.query_async::<()>(&mut c).await?;
+            pipe.query_async(&mut c).await
+        })
+        .await
+    }
+
     /// The command timeout.
     pub fn timeout(&self) -> Duration {
         self.timeout
+    }
+}
+
+fn is_noscript(v: &Value) -> bool {
+    matches!(v, Value::ServerError(e) if e.code() == "NOSCRIPT")
+}
+
+/// A Lua script that runs by its hash (`EVALSHA`), loaded on the server when missing.
+pub struct LuaScript {
+    code: &'static str,
+    hash: String,
+}
+
+impl LuaScript {
+    pub fn new(code: &'static str) -> LuaScript {
+        LuaScript {
+            code,
+            hash: redis::Script::new(code).get_hash().to_owned(),
+        }
+    }
+
+    /// The `EVALSHA` command with `keys` and `args`; send it with [`RedisConn::pipeline`].
+    pub fn call<K: redis::ToRedisArgs, A: redis::ToRedisArgs>(
+        &self,
+        keys: &[K],
+        args: &[A],
+    ) -> Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&self.hash).arg(keys.len()).arg(keys).arg(args);
+        cmd
+    }
+}
+
+/// A reply that is a server error, as a message.
+pub fn reply_error(v: &Value) -> Option<String> {
+    match v {
+        Value::ServerError(e) => Some(format!(
+            "Redis answered an error: {} {}",
+            e.code(),
+            e.details().unwrap_or_default()
+        )),
+        _ => None,
     }
 }
 

@@ -61,6 +61,12 @@ pub trait Counters: Send + Sync + 'static {
     /// The backend's name for logs (`memory`, `redis`).
     fn name(&self) -> &'static str;
 
+    /// The Redis backend, whose check joins shared mode's one-round-trip admission
+    /// ([`crate::limits::admission`]); `None` for the others.
+    fn redis(&self) -> Option<&super::redis::RedisCounters> {
+        None
+    }
+
     /// Checks every counter and, only if all of them allow their cost, charges each: all or
     /// nothing, atomically with respect to other calls (of every instance, for Redis).
     async fn check_and_charge(

@@ -56,7 +56,7 @@ mod tests;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwapOption;
@@ -69,6 +69,7 @@ use plugin_sdk::{
     PluginFactory, Principal, ProviderStore, RequestCx, Target,
 };
 
+use crate::limits::admission::Admission;
 use crate::limits::matching::{in_workspace, matches, value_key, Subject};
 use crate::limits::redis::RedisConn;
 pub use config::{Backend, OnBackendError, RateLimitConfig};
@@ -354,19 +355,29 @@ impl RateLimiter {
             Backend::Redis => true,
             Backend::Auto => cx.redis_url.is_some(),
         };
+        // Token charges given up in the background are counted once the metrics exist.
+        let lost_to: Arc<OnceLock<Weak<Shared>>> = Arc::default();
         let counters: Arc<dyn Counters> = if use_redis {
             let url = cx.redis_url.as_deref().ok_or(
                 "backend: redis needs the gateway's Redis URL (GW_REDIS_URL), and none is set",
             )?;
-            let conn = RedisConn::new(url, Duration::from_millis(config.redis_timeout_ms))?;
+            let conn = RedisConn::shared(url, Duration::from_millis(config.redis_timeout_ms))?;
+            let slot = lost_to.clone();
             Arc::new(redis::RedisCounters::new(
-                Arc::new(conn),
+                conn,
                 config.redis_prefix.clone(),
-            ))
+                move |e| {
+                    if let Some(shared) = slot.get().and_then(Weak::upgrade) {
+                        shared.backend_error("charge", e);
+                    }
+                },
+            )?)
         } else {
             Arc::new(memory::MemoryCounters::new(config.max_counters))
         };
-        RateLimiter::with_counters(config, cx, counters)
+        let limiter = RateLimiter::with_counters(config, cx, counters)?;
+        let _ = lost_to.set(Arc::downgrade(&limiter.shared));
+        Ok(limiter)
     }
 
     /// Builds the plugin over the given counters (tests, embedders).
@@ -466,96 +477,134 @@ impl RateLimiter {
         }
     }
 
-    /// Checks and charges `applicable` (not empty): a 429 when a counter refuses; else notes
-    /// its token limits for `on_log` and the providers it counted.
+    /// Checks and charges `applicable` (not empty) now: see [`conclude`].
     async fn enforce(
         &self,
         cx: &mut RequestCx,
         applicable: Applicable,
     ) -> Result<Flow, GatewayError> {
-        let metrics = &self.shared.metrics;
-        match self
+        let result = self
             .shared
             .counters
             .check_and_charge(&applicable.specs, now_ms())
-            .await
-        {
-            Ok(Decision::Allowed) => metrics.allowed.inc(),
-            Ok(Decision::Limited {
-                spec,
-                retry_after_secs,
-            }) => {
-                metrics.limited.inc();
-                metrics
-                    .rejections
-                    .with_label_values(&[applicable.scope(spec).as_str()])
-                    .inc();
-                let message = format!(
-                    "Rate limit exceeded: {} allows {}",
-                    applicable.who(spec),
-                    rate_text(&applicable.sources[spec].1)
-                );
-                return Err(GatewayError::new(
-                    ErrorKind::RateLimited {
-                        retry_after_secs: retry_after_secs.max(1),
-                    },
-                    message,
-                )
-                .with_code("rate_limit_exceeded"));
-            }
-            Err(e) => {
-                metrics.error.inc();
-                self.shared.backend_error("check", &e);
-                if self.on_error == OnBackendError::Deny {
-                    return Err(GatewayError::new(
-                        ErrorKind::RateLimited {
-                            retry_after_secs: 1,
-                        },
-                        "Rate limit could not be checked (the counter store is unavailable); \
-                         retry shortly",
-                    )
-                    .with_code("rate_limit_backend_unavailable"));
-                }
-            }
-        }
-        let mut counted: Vec<String> = Vec::new();
-        let mut tokens: Vec<TokenCharge> = Vec::new();
-        for (i, spec) in applicable.specs.into_iter().enumerate() {
-            let through = match applicable.sources[i].0 {
-                Source::Principal(Scope::Provider) => provider_of_id(&spec.id).map(str::to_owned),
-                _ => None,
-            };
-            if let Some(slug) = &through {
-                if !counted.contains(slug) {
-                    counted.push(slug.clone());
-                }
-            }
-            if spec.cost == 0 {
-                tokens.push(TokenCharge {
-                    id: spec.id,
-                    window_secs: spec.window_secs,
-                    through,
-                });
-            }
-        }
-        if !counted.is_empty() {
-            match cx.extensions.get_mut::<ProvidersCounted>() {
-                Some(c) => c.0.extend(counted),
-                None => {
-                    cx.extensions.insert(ProvidersCounted(counted));
-                }
-            }
-        }
-        if !tokens.is_empty() {
-            match cx.extensions.get_mut::<TokenCharges>() {
-                Some(t) => t.0.extend(tokens),
-                None => {
-                    cx.extensions.insert(TokenCharges(tokens));
-                }
-            }
-        }
+            .await;
+        conclude(&self.shared, self.on_error, cx, applicable, result)?;
         Ok(Flow::Continue)
     }
+
+    /// Leaves the check of `applicable` (not empty) to shared mode's admission, which
+    /// `usage_limit` may join (see [`crate::limits::admission`]).
+    async fn defer(
+        &self,
+        cx: &mut RequestCx,
+        redis: &redis::RedisCounters,
+        applicable: Applicable,
+    ) -> Result<Flow, GatewayError> {
+        let now = now_ms();
+        let call = redis.prepare(&applicable.specs, now);
+        let (shared, on_error) = (self.shared.clone(), self.on_error);
+        let mut admission = Admission::join(cx, redis.conn()).await?;
+        admission.set_rate(
+            call,
+            Box::new(move |cx, reply| {
+                let result = reply.map_err(CounterError).and_then(|reply| {
+                    redis::RedisCounters::decision(&applicable.specs, now, &reply)
+                });
+                conclude(&shared, on_error, cx, applicable, result)
+            }),
+        );
+        cx.deferred = Some(Box::new(admission));
+        Ok(Flow::Continue)
+    }
+}
+
+/// Applies the outcome of the check of `applicable`: a 429 when a counter refused (or the
+/// backend failed and `on_error` denies); else notes its token limits for `on_log` and the
+/// providers it counted.
+fn conclude(
+    shared: &Shared,
+    on_error: OnBackendError,
+    cx: &mut RequestCx,
+    applicable: Applicable,
+    result: Result<Decision, CounterError>,
+) -> Result<(), GatewayError> {
+    let metrics = &shared.metrics;
+    match result {
+        Ok(Decision::Allowed) => metrics.allowed.inc(),
+        Ok(Decision::Limited {
+            spec,
+            retry_after_secs,
+        }) => {
+            metrics.limited.inc();
+            metrics
+                .rejections
+                .with_label_values(&[applicable.scope(spec).as_str()])
+                .inc();
+            let message = format!(
+                "Rate limit exceeded: {} allows {}",
+                applicable.who(spec),
+                rate_text(&applicable.sources[spec].1)
+            );
+            return Err(GatewayError::new(
+                ErrorKind::RateLimited {
+                    retry_after_secs: retry_after_secs.max(1),
+                },
+                message,
+            )
+            .with_code("rate_limit_exceeded"));
+        }
+        Err(e) => {
+            metrics.error.inc();
+            shared.backend_error("check", &e);
+            if on_error == OnBackendError::Deny {
+                return Err(GatewayError::new(
+                    ErrorKind::RateLimited {
+                        retry_after_secs: 1,
+                    },
+                    "Rate limit could not be checked (the counter store is unavailable); \
+                         retry shortly",
+                )
+                .with_code("rate_limit_backend_unavailable"));
+            }
+        }
+    }
+    let mut counted: Vec<String> = Vec::new();
+    let mut tokens: Vec<TokenCharge> = Vec::new();
+    for (i, spec) in applicable.specs.into_iter().enumerate() {
+        let through = match applicable.sources[i].0 {
+            Source::Principal(Scope::Provider) => provider_of_id(&spec.id).map(str::to_owned),
+            _ => None,
+        };
+        if let Some(slug) = &through {
+            if !counted.contains(slug) {
+                counted.push(slug.clone());
+            }
+        }
+        if spec.cost == 0 {
+            tokens.push(TokenCharge {
+                id: spec.id,
+                window_secs: spec.window_secs,
+                through,
+            });
+        }
+    }
+    if !counted.is_empty() {
+        match cx.extensions.get_mut::<ProvidersCounted>() {
+            Some(c) => c.0.extend(counted),
+            None => {
+                cx.extensions.insert(ProvidersCounted(counted));
+            }
+        }
+    }
+    if !tokens.is_empty() {
+        match cx.extensions.get_mut::<TokenCharges>() {
+            Some(t) => t.0.extend(tokens),
+            None => {
+                cx.extensions.insert(TokenCharges(tokens));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Milliseconds since the Unix epoch by the gateway's clock.
@@ -607,7 +656,10 @@ impl Plugin for RateLimiter {
         if applicable.specs.is_empty() {
             return Ok(Flow::Continue);
         }
-        self.enforce(cx, applicable).await
+        match self.shared.counters.redis() {
+            Some(redis) => self.defer(cx, redis, applicable).await,
+            None => self.enforce(cx, applicable).await,
+        }
     }
 
     /// Counts the attempt against its saved provider's own limits, unless this request was
@@ -657,9 +709,21 @@ impl Plugin for RateLimiter {
         if charges.is_empty() {
             return;
         }
-        let shared = self.shared.clone();
         let now = now_ms();
-        // on_log must not block: the charge (a Redis round trip) runs in the background.
+        if let Some(redis) = self.shared.counters.redis() {
+            // Queued for the background thread, many per round trip.
+            for c in &charges {
+                if !redis.charge_later(&c.id, c.window_secs, total, now) {
+                    self.shared.backend_error(
+                        "charge",
+                        &CounterError("the token charge queue is full".to_owned()),
+                    );
+                }
+            }
+            return;
+        }
+        let shared = self.shared.clone();
+        // on_log must not block: the charge runs on a task.
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
                 runtime.spawn(async move {

@@ -6,125 +6,121 @@
 //! replaced by its SHA-256). A key expires two windows after it was last charged, when it no
 //! longer counts.
 //!
-//! A request's check-and-charge of all its counters is ONE Lua script ([`CHECK_AND_CHARGE`]):
-//! Redis runs a script without interleaving any other command, so concurrent requests on any
-//! number of instances cannot both take the last slot. The time is the gateway's (`now` in
-//! milliseconds is an argument, and picks the window keys), so instances agree within their
-//! clocks' skew.
+//! A request's check-and-charge of all its counters is the rate part of ONE Lua script
+//! ([`ADMIT`](crate::limits::admission::ADMIT)), which on the request path also reserves the
+//! request's budgets (see [`crate::limits::admission`]): Redis runs a script without
+//! interleaving any other command, so concurrent requests on any number of instances cannot
+//! both take the last slot. The time is the gateway's (`now` in milliseconds is an argument,
+//! and picks the window keys), so instances agree within their clocks' skew.
+//!
+//! Token charges after the answer ([`RedisCounters::charge_later`]) leave the request path:
+//! a background thread sends the queued ones in one round trip (`INCRBY` and `PEXPIRE` for
+//! each), retrying a failure after 100 ms, 1 s and 5 s.
 //!
 //! A script touching several keys needs them on one node: a Redis Cluster is not supported
 //! (a single server, or one with replicas, is).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::Script;
 
 use super::counters::{latest_refusal, CounterError, CounterSpec, Counters, Decision};
-use crate::limits::redis::{key_part, RedisConn};
+use crate::limits::admission::{Admission, RateCall};
+use crate::limits::batches::Batches;
+use crate::limits::redis::{key_part, reply_error, RedisConn};
 use crate::limits::window;
 
-/// The check-and-charge script.
-///
-/// KEYS: for counter i (from 1), `KEYS[2i-1]` its current window, `KEYS[2i]` its previous one.
-/// ARGV: `now` (ms), then for each counter its window length (ms), limit and cost.
-/// Returns `{all allowed (1|0), then per counter: allowed (1|0), current, previous}` with the
-/// counts before this call. Charges (INCRBY cost, expiry two windows) only when all allow.
-/// The estimate and comparison are those of [`window::estimate`] and [`window::allows`].
-pub const CHECK_AND_CHARGE: &str = r"
-local now = tonumber(ARGV[1])
-local n = #KEYS / 2
-local out = {1}
-for i = 1, n do
-  local length = tonumber(ARGV[3 * i - 1])
-  local limit = tonumber(ARGV[3 * i])
-  local cost = tonumber(ARGV[3 * i + 1])
-  local cur = tonumber(redis.call('GET', KEYS[2 * i - 1]) or '0')
-  local prev = tonumber(redis.call('GET', KEYS[2 * i]) or '0')
-  local elapsed = now % length
-  local estimate = prev * (length - elapsed) / length + cur
-  local ok
-  if cost == 0 then
-    ok = estimate < limit
-  else
-    ok = estimate + cost <= limit
-  end
-  if not ok then
-    out[1] = 0
-  end
-  out[3 * i - 1] = ok and 1 or 0
-  out[3 * i] = cur
-  out[3 * i + 1] = prev
-end
-if out[1] == 1 then
-  for i = 1, n do
-    local length = tonumber(ARGV[3 * i - 1])
-    local cost = tonumber(ARGV[3 * i + 1])
-    if cost > 0 then
-      redis.call('INCRBY', KEYS[2 * i - 1], cost)
-      redis.call('PEXPIRE', KEYS[2 * i - 1], 2 * length)
-    end
-  end
-end
-return out
-";
+/// Waits before each retry of a failed batch of token charges.
+const CHARGE_RETRIES: [Duration; 3] = [
+    Duration::from_millis(100),
+    Duration::from_secs(1),
+    Duration::from_secs(5),
+];
+
+/// Token charges queued at most; beyond, a charge is dropped (and counted).
+const CHARGE_QUEUE: usize = 10_000;
+
+/// One queued token charge: a window key, the tokens, the key's expiry.
+struct TokenCharge {
+    key: String,
+    amount: i64,
+    expire_ms: u64,
+}
 
 /// Sliding-window counters in Redis.
 pub struct RedisCounters {
-    conn: Arc<RedisConn>,
+    conn: RedisConn,
     prefix: String,
-    script: Script,
+    charges: Batches<TokenCharge>,
 }
 
 impl RedisCounters {
-    /// Counters under `prefix` on `conn`.
-    pub fn new(conn: Arc<RedisConn>, prefix: impl Into<String>) -> RedisCounters {
-        RedisCounters {
+    /// Counters under `prefix` on `conn`; `on_lost` is called with the error of each batch
+    /// of token charges given up after its retries. Starts the charges' background thread.
+    pub fn new(
+        conn: RedisConn,
+        prefix: impl Into<String>,
+        on_lost: impl Fn(&CounterError) + Send + Sync + 'static,
+    ) -> Result<RedisCounters, String> {
+        let writer = conn.clone();
+        let on_lost = Arc::new(on_lost);
+        let charges = Batches::start_thread("gw-rate-limit", CHARGE_QUEUE, move |batch| {
+            let (conn, on_lost) = (writer.clone(), on_lost.clone());
+            async move {
+                let mut result = send_charges(&conn, &batch).await;
+                for wait in CHARGE_RETRIES {
+                    if result.is_ok() {
+                        break;
+                    }
+                    tokio::time::sleep(wait).await;
+                    result = send_charges(&conn, &batch).await;
+                }
+                if let Err(e) = result {
+                    on_lost(&CounterError(e));
+                }
+            }
+        })?;
+        Ok(RedisCounters {
             conn,
             prefix: prefix.into(),
-            script: Script::new(CHECK_AND_CHARGE),
-        }
+            charges,
+        })
     }
 
     /// The key of counter `id`'s fixed window `index`.
     pub fn key(&self, id: &str, index: u64) -> String {
         format!("{}{}:{}", self.prefix, key_part(id), index)
     }
-}
 
-#[async_trait]
-impl Counters for RedisCounters {
-    fn name(&self) -> &'static str {
-        "redis"
+    /// The connection, for an [`Admission`] to join.
+    pub fn conn(&self) -> &RedisConn {
+        &self.conn
     }
 
-    async fn check_and_charge(
-        &self,
-        specs: &[CounterSpec],
-        now_ms: u64,
-    ) -> Result<Decision, CounterError> {
-        if specs.is_empty() {
-            return Ok(Decision::Allowed);
-        }
-        let mut invocation = self.script.prepare_invoke();
-        invocation.arg(now_ms);
+    /// The rate part of the admission script for `specs` at `now_ms`.
+    pub fn prepare(&self, specs: &[CounterSpec], now_ms: u64) -> RateCall {
+        let mut keys = Vec::with_capacity(2 * specs.len());
+        let mut args = Vec::with_capacity(3 * specs.len());
         for spec in specs {
             let length = spec.window_ms();
             let index = window::index(now_ms, length);
-            invocation
-                .key(self.key(&spec.id, index))
-                .key(self.key(&spec.id, index.wrapping_sub(1)));
+            keys.push(self.key(&spec.id, index));
+            keys.push(self.key(&spec.id, index.wrapping_sub(1)));
             // f64's Display is the shortest text that reads back as the same double.
-            invocation
-                .arg(length)
-                .arg(spec.limit.to_string())
-                .arg(spec.cost);
+            args.push(length.to_string());
+            args.push(spec.limit.to_string());
+            args.push(spec.cost.to_string());
         }
-        let reply: Vec<i64> = self
-            .conn
-            .run(|mut c| async move { invocation.invoke_async(&mut c).await })
-            .await
-            .map_err(CounterError)?;
+        RateCall { now_ms, keys, args }
+    }
+
+    /// What the script's rate reply says about `specs` at `now_ms`.
+    pub fn decision(
+        specs: &[CounterSpec],
+        now_ms: u64,
+        reply: &[i64],
+    ) -> Result<Decision, CounterError> {
         if reply.len() != 1 + 3 * specs.len() {
             return Err(CounterError(format!(
                 "the rate limit script answered {} values for {} counters",
@@ -156,6 +152,63 @@ impl Counters for RedisCounters {
         })
     }
 
+    /// Queues a token charge for the background thread; `false` when its queue is full.
+    pub fn charge_later(&self, id: &str, window_secs: u64, amount: u64, now_ms: u64) -> bool {
+        if amount == 0 {
+            return true;
+        }
+        let length = window_secs.saturating_mul(1000).max(1);
+        self.charges.send(TokenCharge {
+            key: self.key(id, window::index(now_ms, length)),
+            amount: i64::try_from(amount).unwrap_or(i64::MAX),
+            expire_ms: 2 * length,
+        })
+    }
+}
+
+/// Sends a batch of token charges in one round trip.
+async fn send_charges(conn: &RedisConn, batch: &[TokenCharge]) -> Result<(), String> {
+    let mut commands = Vec::with_capacity(2 * batch.len());
+    for c in batch {
+        let mut incr = redis::cmd("INCRBY");
+        incr.arg(&c.key).arg(c.amount);
+        let mut expire = redis::cmd("PEXPIRE");
+        expire.arg(&c.key).arg(c.expire_ms);
+        commands.push(incr);
+        commands.push(expire);
+    }
+    let replies = conn.pipeline(&commands, &[]).await?;
+    match replies.iter().find_map(reply_error) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+#[async_trait]
+impl Counters for RedisCounters {
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+
+    fn redis(&self) -> Option<&RedisCounters> {
+        Some(self)
+    }
+
+    async fn check_and_charge(
+        &self,
+        specs: &[CounterSpec],
+        now_ms: u64,
+    ) -> Result<Decision, CounterError> {
+        if specs.is_empty() {
+            return Ok(Decision::Allowed);
+        }
+        let call = self.prepare(specs, now_ms);
+        let (rate, _) = Admission::run(&self.conn, Some(&call), None)
+            .await
+            .map_err(CounterError)?;
+        RedisCounters::decision(specs, now_ms, &rate)
+    }
+
     async fn charge(
         &self,
         id: &str,
@@ -167,23 +220,12 @@ impl Counters for RedisCounters {
             return Ok(());
         }
         let length = window_secs.saturating_mul(1000).max(1);
-        let key = self.key(id, window::index(now_ms, length));
-        let amount = i64::try_from(amount).unwrap_or(i64::MAX);
-        self.conn
-            .run(|mut c| async move {
-                redis::pipe()
-                    .atomic()
-                    .cmd("INCRBY")
-                    .arg(&key)
-                    .arg(amount)
-                    .ignore()
-                    .cmd("PEXPIRE")
-                    .arg(&key)
-                    .arg(2 * length)
-                    .ignore()
-                    .query_async::<()>(&mut c)
-                    .await
-            })
+        let charge = TokenCharge {
+            key: self.key(id, window::index(now_ms, length)),
+            amount: i64::try_from(amount).unwrap_or(i64::MAX),
+            expire_ms: 2 * length,
+        };
+        send_charges(&self.conn, std::slice::from_ref(&charge))
             .await
             .map_err(CounterError)
     }
@@ -196,6 +238,10 @@ mod tests {
 
     /// Mid-day, so that a daily window does not roll during a test.
     const NOW: u64 = 1_700_006_400_000 + 12 * 3_600_000;
+
+    fn counters(conn: RedisConn, prefix: &str) -> RedisCounters {
+        RedisCounters::new(conn, prefix, |e| panic!("token charges lost: {e}")).unwrap()
+    }
 
     fn prefix() -> String {
         format!("gw:test:rl:{}:", uuid::Uuid::new_v4())
@@ -215,11 +261,8 @@ mod tests {
         let Some(url) = test_url() else { return };
         let prefix = prefix();
         // Two "instances": independent connections, same Redis, same prefix.
-        let a = Arc::new(RedisCounters::new(
-            Arc::new(test_conn(&url).await),
-            prefix.clone(),
-        ));
-        let b = Arc::new(RedisCounters::new(Arc::new(test_conn(&url).await), prefix));
+        let a = Arc::new(counters(test_conn(&url).await, &prefix));
+        let b = Arc::new(counters(test_conn(&url).await, &prefix));
         let tasks: Vec<_> = (0..300)
             .map(|i| {
                 let c = if i % 2 == 0 { a.clone() } else { b.clone() };
@@ -255,8 +298,8 @@ mod tests {
     #[tokio::test]
     async fn all_or_nothing_and_expiry() {
         let Some(url) = test_url() else { return };
-        let conn = Arc::new(test_conn(&url).await);
-        let c = RedisCounters::new(conn.clone(), prefix());
+        let conn = test_conn(&url).await;
+        let c = counters(conn.clone(), &prefix());
         assert_eq!(
             c.check_and_charge(&[spec("b", 1.0, 1)], NOW).await.unwrap(),
             Decision::Allowed
@@ -290,7 +333,7 @@ mod tests {
     #[tokio::test]
     async fn token_charge_then_refusal() {
         let Some(url) = test_url() else { return };
-        let c = RedisCounters::new(Arc::new(test_conn(&url).await), prefix());
+        let c = counters(test_conn(&url).await, &prefix());
         let check = [spec("tok", 1_000.0, 0)];
         assert_eq!(
             c.check_and_charge(&check, NOW).await.unwrap(),
@@ -317,7 +360,7 @@ mod tests {
     #[tokio::test]
     async fn the_same_arithmetic_as_the_memory_backend() {
         let Some(url) = test_url() else { return };
-        let redis = RedisCounters::new(Arc::new(test_conn(&url).await), prefix());
+        let redis = counters(test_conn(&url).await, &prefix());
         let memory = super::super::memory::MemoryCounters::new(100);
         // A minute limit of 7 driven across a window edge at awkward times.
         let start = 1_700_000_080_000u64 + 17_000; // 57 s into a minute
@@ -339,7 +382,7 @@ mod tests {
     async fn an_unreachable_server_is_an_error() {
         let conn =
             RedisConn::new("redis://127.0.0.1:1", std::time::Duration::from_millis(300)).unwrap();
-        let c = RedisCounters::new(Arc::new(conn), "gw:rl:");
+        let c = counters(conn, "gw:rl:");
         let err = c
             .check_and_charge(&[spec("x", 1.0, 1)], NOW)
             .await

@@ -153,9 +153,11 @@ fn build(access: Arc<dyn AccessStore>) -> (RateLimiter, BuildCx) {
     build_with(access, RateLimitConfig::default())
 }
 
+/// `on_request`, then what the pipeline does next: complete the check the Redis backend
+/// deferred (shared mode's admission).
 async fn run(plugin: &RateLimiter, cx: &mut RequestCx) -> Result<(), GatewayError> {
     match plugin.on_request(cx).await? {
-        Flow::Continue => Ok(()),
+        Flow::Continue => cx.complete_deferred().await,
         Flow::Respond(r) => panic!("rate_limit answers with errors, not {r:?}"),
     }
 }

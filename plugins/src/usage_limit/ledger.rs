@@ -72,6 +72,12 @@ pub trait Ledger: Send + Sync {
 
     /// `memory` or `redis`, for logs.
     fn name(&self) -> &'static str;
+
+    /// The Redis ledger, whose reservation joins shared mode's one-round-trip admission
+    /// ([`crate::limits::admission`]); `None` for the others.
+    fn redis(&self) -> Option<&super::redis::RedisLedger> {
+        None
+    }
 }
 
 /// Whether a counter with `used` and `held` has room for `amount` more under `limit`.

@@ -46,14 +46,24 @@
 //! once): price it on its integration (`PUT /v1/integrations/{slug}/models`) or add it to
 //! `prices`.
 //!
-//! Counters live in-process or in Redis (`backend`); see `ledger.rs` and `redis.rs`. When the
+//! Counters live in-process or in Redis (`backend`); see `ledger.rs` and `redis.rs`. In Redis,
+//! `on_request` defers its reservation to shared mode's admission, which checks the rate
+//! limits and reserves the budgets in one script call ([`crate::limits::admission`]); `on_log`
+//! queues the settlement, and a background task settles what is queued in one script call per
+//! batch ([`crate::limits::batches`]), retried after 100 ms, 1 s and 5 s. Until its settlement
+//! lands, a request's reservation keeps counting, so the requests sent meanwhile cannot
+//! overspend (they may be refused early); in normal operation that is within two Redis round
+//! trips of the answer, and at most about 10 s (the retries and their timeouts) before a
+//! settlement is given up (`gw_usage_limit_backend_errors_total{op="settle"}`) and its
+//! reservation stays held until the counter expires. A full queue (`queue_capacity`) drops the
+//! settlement the same way (`gw_usage_limit_dropped_total{what="settlement"}`). When the
 //! store cannot be reached, `on_backend_error` lets the request through unchecked (`allow`,
 //! the default; its spend is still charged) or refuses it with a 500 (`refuse`).
 //!
 //! Metrics: `gw_usage_limit_rejections_total{scope}` (scope: api_key, workspace, jwt, policy,
 //! provider, other), `gw_usage_limit_alerts_total{event}` (alert, exhausted),
 //! `gw_usage_limit_backend_errors_total{op}` (reserve, settle),
-//! `gw_usage_limit_dropped_total{what}` (report, charge, event).
+//! `gw_usage_limit_dropped_total{what}` (report, charge, event, settlement).
 
 mod config;
 mod estimate;
@@ -71,7 +81,6 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use prometheus::{IntCounterVec, Opts};
 use serde_json::json;
-use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
 use plugin_sdk::access::{AccessStore, Budget, CountedUsage, PeriodicReset, UsageKind, UsageLimit};
@@ -88,6 +97,9 @@ use crate::pricing::{self, Price, PriceTable};
 pub use config::{Backend, OnBackendError, UsageLimitConfig};
 pub use ledger::{Hold, Ledger, MemoryLedger, Reserve, Settle};
 pub use redis::RedisLedger;
+
+use crate::limits::admission::Admission;
+use crate::limits::batches::Batches;
 
 use ledger::EPSILON;
 use report::Report;
@@ -180,6 +192,8 @@ struct Shared {
     /// Wakes the writer once [`Shared::wake_at`] reports wait (it also wakes on its own tick).
     wake: Arc<tokio::sync::Notify>,
     wake_at: usize,
+    /// When a store failure was last logged (seconds since the epoch).
+    last_warned: AtomicU64,
 }
 
 impl Drop for Shared {
@@ -213,6 +227,57 @@ impl Shared {
         }
     }
 
+    /// Counts a counter store failure and logs it, at most every 10 seconds.
+    fn warn_backend(&self, op: &str, error: &str) {
+        self.metrics.backend_errors.with_label_values(&[op]).inc();
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let last = self.last_warned.load(Ordering::Relaxed);
+        if now >= last + 10
+            && self
+                .last_warned
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(target: "gateway::usage_limit", op, error,
+                "budget counters unavailable");
+        }
+    }
+
+    /// What a reservation's outcome does: what each budget of `applied` holds, or the 412
+    /// of the first budget that has no room. A store failure holds nothing (`allow`) or is a
+    /// 500 (`refuse`).
+    fn conclude_reserve(
+        &self,
+        on_error: OnBackendError,
+        applied: &[Applied],
+        amounts: &[f64],
+        outcome: Result<Reserve, String>,
+    ) -> Result<Vec<f64>, GatewayError> {
+        match outcome {
+            Ok(Reserve::Held) => Ok(amounts.to_vec()),
+            Ok(Reserve::Refused { index, used, held }) => {
+                let a = &applied[index];
+                self.metrics
+                    .rejections
+                    .with_label_values(&[a.owner.scope])
+                    .inc();
+                Err(a.refusal(used, held, amounts[index]))
+            }
+            Err(e) => {
+                self.warn_backend("reserve", &e);
+                match on_error {
+                    // Unchecked, but its spend is still settled and charged.
+                    OnBackendError::Allow => Ok(vec![0.0; amounts.len()]),
+                    OnBackendError::Refuse => Err(GatewayError::internal(
+                        "budgets cannot be checked: the usage limit store is unavailable",
+                    )),
+                }
+            }
+        }
+    }
+
     /// True the first time `key` is seen (per instance, for [`NOTIFIED_FOR`] at most).
     fn first_time(&self, key: String) -> bool {
         let mut first = false;
@@ -231,10 +296,9 @@ pub struct UsageLimitPlugin {
     default_completion_tokens: u64,
     on_backend_error: OnBackendError,
     key_prefix: String,
-    /// The plugin's own runtime: Redis settlements run on it.
-    runtime: Handle,
+    /// Redis settlements waiting for the background task (`None` for an in-process ledger).
+    settlements: Option<Batches<SettleJob>>,
     clock: Clock,
-    last_warned: AtomicU64,
 }
 
 impl UsageLimitPlugin {
@@ -251,9 +315,7 @@ impl UsageLimitPlugin {
             (Backend::Memory, _) | (Backend::Auto, None) => {
                 Arc::new(MemoryLedger::with_max_counters(config.max_counters))
             }
-            (Backend::Auto | Backend::Redis, Some(url)) => {
-                Arc::new(RedisLedger::new(url, Some(handle.clone()))?)
-            }
+            (Backend::Auto | Backend::Redis, Some(url)) => Arc::new(RedisLedger::new(url)?),
             (Backend::Redis, None) => {
                 return Err("backend: redis needs GW_REDIS_URL (the gateway's redis_url)".into())
             }
@@ -273,27 +335,35 @@ impl UsageLimitPlugin {
             .spawn(move || runtime.block_on(writer))
             .map_err(|e| format!("cannot start the usage limit thread: {e}"))?;
         tracing::debug!(target: "gateway::usage_limit", backend = ledger.name(), "budgets enforced");
+        let shared = Arc::new(Shared {
+            ledger,
+            metrics,
+            notified: moka::sync::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(NOTIFIED_FOR)
+                .build(),
+            reports: Some(tx),
+            wake,
+            wake_at: (config.queue_capacity / 4).max(1),
+            last_warned: AtomicU64::new(0),
+        });
+        // The task holds `shared` until the plugin drops the queue and it is written out.
+        let settlements = shared.ledger.redis().is_some().then(|| {
+            let (shared, prefix) = (shared.clone(), config.key_prefix.clone());
+            Batches::start(&handle, config.queue_capacity, move |jobs| {
+                settle_batch(shared.clone(), prefix.clone(), jobs)
+            })
+        });
         Ok(UsageLimitPlugin {
-            shared: Arc::new(Shared {
-                ledger,
-                metrics,
-                notified: moka::sync::Cache::builder()
-                    .max_capacity(100_000)
-                    .time_to_live(NOTIFIED_FOR)
-                    .build(),
-                reports: Some(tx),
-                wake,
-                wake_at: (config.queue_capacity / 4).max(1),
-            }),
+            shared,
             access: cx.access.clone(),
             providers: cx.providers.clone(),
             prices: PriceTable::shipped().with_overrides(&config.prices),
             default_completion_tokens: config.default_completion_tokens,
             on_backend_error: config.on_backend_error,
             key_prefix: config.key_prefix,
-            runtime: handle,
+            settlements,
             clock,
-            last_warned: AtomicU64::new(0),
         })
     }
 
@@ -452,15 +522,9 @@ impl UsageLimitPlugin {
         }
     }
 
-    /// Reserves `amounts` on `applied` (same order) all at once: what each holds, or the 412
-    /// of the first budget that has no room. A store failure holds nothing (`allow`) or is a
-    /// 500 (`refuse`).
-    async fn reserve(
-        &self,
-        applied: &[Applied],
-        amounts: &[f64],
-    ) -> Result<Vec<f64>, GatewayError> {
-        let holds: Vec<Hold> = applied
+    /// The holds of `amounts` on `applied` (same order).
+    fn holds(applied: &[Applied], amounts: &[f64]) -> Vec<Hold> {
+        applied
             .iter()
             .zip(amounts)
             .map(|(a, &amount)| Hold {
@@ -470,29 +534,20 @@ impl UsageLimitPlugin {
                 limit: a.credit_limit,
                 ttl: a.ttl,
             })
-            .collect();
-        match self.shared.ledger.reserve(&holds).await {
-            Ok(Reserve::Held) => Ok(amounts.to_vec()),
-            Ok(Reserve::Refused { index, used, held }) => {
-                let a = &applied[index];
-                self.shared
-                    .metrics
-                    .rejections
-                    .with_label_values(&[a.owner.scope])
-                    .inc();
-                Err(a.refusal(used, held, amounts[index]))
-            }
-            Err(e) => {
-                self.warn_backend("reserve", &e);
-                match self.on_backend_error {
-                    // Unchecked, but its spend is still settled and charged.
-                    OnBackendError::Allow => Ok(vec![0.0; amounts.len()]),
-                    OnBackendError::Refuse => Err(GatewayError::internal(
-                        "budgets cannot be checked: the usage limit store is unavailable",
-                    )),
-                }
-            }
-        }
+            .collect()
+    }
+
+    /// Reserves `amounts` on `applied` (same order) all at once, now: see
+    /// [`Shared::conclude_reserve`].
+    async fn reserve(
+        &self,
+        applied: &[Applied],
+        amounts: &[f64],
+    ) -> Result<Vec<f64>, GatewayError> {
+        let holds = UsageLimitPlugin::holds(applied, amounts);
+        let outcome = self.shared.ledger.reserve(&holds).await;
+        self.shared
+            .conclude_reserve(self.on_backend_error, applied, amounts, outcome)
     }
 
     /// The price of the answer's usage: the saved provider the answer came through, the
@@ -565,28 +620,6 @@ impl UsageLimitPlugin {
             cx.response.cost = Some(cost);
         }
         cx.extensions.insert(Priced(usage));
-    }
-
-    /// Logs a counter store failure, at most every 10 seconds.
-    fn warn_backend(&self, op: &str, error: &str) {
-        self.shared
-            .metrics
-            .backend_errors
-            .with_label_values(&[op])
-            .inc();
-        let now = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let last = self.last_warned.load(Ordering::Relaxed);
-        if now >= last + 10
-            && self
-                .last_warned
-                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
-            tracing::warn!(target: "gateway::usage_limit", op, error,
-                "budget counters unavailable");
-        }
     }
 }
 
@@ -830,6 +863,71 @@ fn event(o: &Origin, a: &Applied, action: &str, used: f64) -> AuditEvent {
     }
 }
 
+/// One request's settlement, waiting for the background task.
+struct SettleJob {
+    settlement: Settlement,
+    origin: Origin,
+}
+
+/// Settles a batch of requests in one script call (one round trip), retrying a failure; then
+/// hands each one's charges and events to the report writer. The settlements of one counter
+/// are summed into one (a busy budget is settled once per batch, not once per request); each
+/// request's events see the counter as the whole batch left it. The batch's token makes a
+/// retry after a lost reply change nothing.
+async fn settle_batch(shared: Arc<Shared>, key_prefix: String, jobs: Vec<SettleJob>) {
+    let mut summed: Vec<Settle> = Vec::new();
+    // For each job's settlement, in order, the index of its counter in `summed`.
+    let mut at: Vec<usize> = Vec::new();
+    for s in jobs.iter().flat_map(|j| &j.settlement.settles) {
+        match summed.iter().position(|t| t.key == s.key) {
+            Some(i) => {
+                summed[i].actual += s.actual;
+                summed[i].reserved += s.reserved;
+                at.push(i);
+            }
+            None => {
+                at.push(summed.len());
+                summed.push(s.clone());
+            }
+        }
+    }
+    let token = format!("{key_prefix}settled:{}", uuid::Uuid::new_v4());
+    let mut result = shared.ledger.settle(&token, &summed).await;
+    for wait in SETTLE_RETRIES {
+        if result.is_ok() {
+            break;
+        }
+        tokio::time::sleep(wait).await;
+        result = shared.ledger.settle(&token, &summed).await;
+    }
+    let used = match result {
+        Ok(used) => Some(used),
+        Err(e) => {
+            shared
+                .metrics
+                .backend_errors
+                .with_label_values(&["settle"])
+                .inc();
+            tracing::error!(target: "gateway::usage_limit", error = %e, requests = jobs.len(),
+                "budget settlements failed; their reservations stay until the counters expire");
+            None
+        }
+    };
+    let mut next = at.into_iter();
+    for job in &jobs {
+        let mine: Option<Vec<f64>> = used.as_ref().map(|used| {
+            (&mut next)
+                .take(job.settlement.settles.len())
+                .map(|i| used.get(i).copied().unwrap_or(0.0))
+                .collect()
+        });
+        let report = job
+            .settlement
+            .report(&shared, mine.as_deref(), &|| job.origin.clone());
+        shared.hand_over(report);
+    }
+}
+
 /// Waits before each retry of a Redis settlement (a lost one would hold its reservation
 /// until the counter expires).
 const SETTLE_RETRIES: [Duration; 3] = [
@@ -848,6 +946,11 @@ impl Plugin for UsageLimitPlugin {
         Phases::REQUEST | Phases::ROUTE | Phases::RESPONSE | Phases::CHUNK | Phases::LOG
     }
 
+    /// A Redis ledger reserves in the same script call as the rate limit's check.
+    fn joins_deferred(&self) -> bool {
+        self.shared.ledger.redis().is_some()
+    }
+
     async fn on_request(&self, cx: &mut RequestCx) -> Result<Flow, GatewayError> {
         let now = (self.clock)();
         let applied = self.applicable(cx, now);
@@ -860,6 +963,28 @@ impl Plugin for UsageLimitPlugin {
             .iter()
             .map(|a| a.amount(1.0, Some(usage), Some(cost)))
             .collect();
+        if let Some(redis) = self.shared.ledger.redis() {
+            // Joins the rate limit's check in one round trip (see limits::admission).
+            let call = RedisLedger::prepare(&UsageLimitPlugin::holds(&applied, &amounts));
+            let (shared, on_error) = (self.shared.clone(), self.on_backend_error);
+            let mut admission = Admission::join(cx, redis.conn()).await?;
+            admission.set_budget(
+                call,
+                Box::new(move |cx, reply| {
+                    let outcome = reply
+                        .and_then(|reply| RedisLedger::outcome(applied.len(), &reply))
+                        .map_err(|e| format!("Redis budget reservation failed: {e}"));
+                    let reserved =
+                        shared.conclude_reserve(on_error, &applied, &amounts, outcome)?;
+                    cx.extensions.insert(Reservation {
+                        items: applied.into_iter().map(Arc::new).zip(reserved).collect(),
+                    });
+                    Ok(())
+                }),
+            );
+            cx.deferred = Some(Box::new(admission));
+            return Ok(Flow::Continue);
+        }
         let reserved = self.reserve(&applied, &amounts).await?;
         cx.extensions.insert(Reservation {
             items: applied.into_iter().map(Arc::new).zip(reserved).collect(),
@@ -977,7 +1102,7 @@ impl Plugin for UsageLimitPlugin {
             let used = match result {
                 Ok(used) => Some(used),
                 Err(e) => {
-                    self.warn_backend("settle", &e);
+                    self.shared.warn_backend("settle", &e);
                     None
                 }
             };
@@ -986,35 +1111,21 @@ impl Plugin for UsageLimitPlugin {
             self.shared.hand_over(report);
             return;
         }
-        let origin = Origin::of(cx, status);
-        let shared = self.shared.clone();
-        // Names this settlement so that a retry after a lost reply does not count it twice.
-        let token = format!("{}settled:{}", self.key_prefix, uuid::Uuid::new_v4());
-        self.runtime.spawn(async move {
-            let settles = &settlement.settles;
-            let mut result = shared.ledger.settle(&token, settles).await;
-            for wait in SETTLE_RETRIES {
-                if result.is_ok() {
-                    break;
-                }
-                tokio::time::sleep(wait).await;
-                result = shared.ledger.settle(&token, settles).await;
+        let job = SettleJob {
+            settlement,
+            origin: Origin::of(cx, status),
+        };
+        match &self.settlements {
+            Some(queue) if queue.send(job) => {}
+            _ => {
+                self.shared
+                    .metrics
+                    .dropped
+                    .with_label_values(&["settlement"])
+                    .inc();
+                tracing::warn!(target: "gateway::usage_limit",
+                    "the settlement queue is full; the reservation stays until its counter expires");
             }
-            let used = match result {
-                Ok(used) => Some(used),
-                Err(e) => {
-                    shared
-                        .metrics
-                        .backend_errors
-                        .with_label_values(&["settle"])
-                        .inc();
-                    tracing::error!(target: "gateway::usage_limit", error = %e,
-                        "a budget settlement failed; its reservation stays until the counter expires");
-                    None
-                }
-            };
-            let report = settlement.report(&shared, used.as_deref(), &|| origin.clone());
-            shared.hand_over(report);
-        });
+        }
     }
 }

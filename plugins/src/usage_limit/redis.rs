@@ -1,168 +1,115 @@
 //! Budget counters in Redis, shared by every gateway instance that uses the same server.
 //!
-//! A counter is a hash `{used, held}` (see `ledger.rs`). Reserving is ONE Lua script over all
-//! of a request's counters (seed the missing ones, check every one, then add to every one), so
-//! concurrent requests on any number of instances cannot overspend; settling is another.
-//! Each write refreshes the counter's expiry (`ttl`).
+//! A counter is a hash `{used, held}` (see `ledger.rs`). Reserving is the budget part of ONE
+//! Lua script over all of a request's counters (seed the missing ones, check every one, then
+//! add to every one; see [`crate::limits::admission`], which on the request path also checks
+//! the rate limits in the same call), so concurrent requests on any number of instances cannot
+//! overspend; settling is another script ([`SETTLE`]), which the plugin runs in the
+//! background for many settlements at once. Each write refreshes the counter's expiry (`ttl`).
 //!
 //! The scripts touch several keys, so the counters of one request must live on one server:
 //! a single Redis (or a primary with replicas/Sentinel), not Redis Cluster.
-//!
-//! The connection is opened at the first request, on the plugin's own runtime (`spawn_on`),
-//! so that its driver task lives as long as the plugin whichever runtime serves requests.
 
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::Script;
-use tokio::runtime::Handle;
-use tokio::sync::OnceCell;
 
 use super::ledger::{Hold, Ledger, Reserve, Settle, EPSILON};
+use crate::limits::admission::{Admission, BudgetCall};
+use crate::limits::redis::{reply_error, LuaScript, RedisConn};
 
-/// After a failed connection attempt, requests fail fast for this long instead of each
-/// waiting for its own attempt.
-const RETRY_CONNECT_AFTER: Duration = Duration::from_secs(1);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// A budget check waits at most this long for Redis.
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
 
-/// KEYS: the counters. ARGV, four per key: seed, amount, limit, ttl in ms (0: none); then
-/// the slack. Returns {"0"} when every counter holds its amount, else {index (1-based), used,
-/// held} of the first counter without room.
-const RESERVE: &str = r#"
-local n = #KEYS
-local eps = tonumber(ARGV[n * 4 + 1])
-for i = 1, n do
-  if redis.call('EXISTS', KEYS[i]) == 0 then
-    redis.call('HSET', KEYS[i], 'used', ARGV[(i - 1) * 4 + 1], 'held', '0')
+/// KEYS: the counters, then the settlement's token. ARGV, four per key: seed, actual, minus
+/// the reserved amount, ttl in ms (0: none). A token already seen (a retry whose first try did
+/// run; retries end within seconds, a token is kept a minute) changes nothing. Returns each
+/// counter's `used` afterwards. Four commands per counter: Redis spends a few microseconds on
+/// each call a script makes.
+pub const SETTLE: &str = r#"
+local n = #KEYS - 1
+local out = {}
+if not redis.call('SET', KEYS[n + 1], '1', 'NX', 'PX', 60000) then
+  for i = 1, n do
+    out[i] = redis.call('HGET', KEYS[i], 'used') or '0'
   end
-end
-local refused = nil
-for i = 1, n do
-  local b = (i - 1) * 4
-  local used = tonumber(redis.call('HGET', KEYS[i], 'used')) or 0
-  local held = tonumber(redis.call('HGET', KEYS[i], 'held')) or 0
-  local amount = tonumber(ARGV[b + 2])
-  local limit = tonumber(ARGV[b + 3])
-  local current = used + held
-  if current >= limit - eps or current + amount > limit + eps then
-    refused = {tostring(i), tostring(used), tostring(held)}
-    break
-  end
+  return out
 end
 for i = 1, n do
   local b = (i - 1) * 4
-  if refused == nil then
-    redis.call('HINCRBYFLOAT', KEYS[i], 'held', ARGV[b + 2])
+  redis.call('HSETNX', KEYS[i], 'used', ARGV[b + 1])
+  out[i] = redis.call('HINCRBYFLOAT', KEYS[i], 'used', ARGV[b + 2])
+  if tonumber(redis.call('HINCRBYFLOAT', KEYS[i], 'held', ARGV[b + 3])) < 0 then
+    redis.call('HSET', KEYS[i], 'held', '0')
   end
   local ttl = tonumber(ARGV[b + 4])
   if ttl > 0 then
     redis.call('PEXPIRE', KEYS[i], ttl)
   end
 end
-if refused then
-  return refused
-end
-return {'0'}
-"#;
-
-/// KEYS: the counters, then the settlement's token. ARGV, four per key: seed, actual, minus
-/// the reserved amount, ttl in ms (0: none). A token already seen (a retry whose first try did
-/// run; retries end within seconds, a token is kept a minute) changes nothing. Returns each
-/// counter's `used` afterwards.
-const SETTLE: &str = r#"
-local n = #KEYS - 1
-local first = redis.call('SET', KEYS[n + 1], '1', 'NX', 'PX', 60000)
-local out = {}
-for i = 1, n do
-  local b = (i - 1) * 4
-  if first then
-    if redis.call('EXISTS', KEYS[i]) == 0 then
-      redis.call('HSET', KEYS[i], 'used', ARGV[b + 1], 'held', '0')
-    end
-    redis.call('HINCRBYFLOAT', KEYS[i], 'used', ARGV[b + 2])
-    local held = tonumber(redis.call('HINCRBYFLOAT', KEYS[i], 'held', ARGV[b + 3]))
-    if held < 0 then
-      redis.call('HSET', KEYS[i], 'held', '0')
-    end
-    local ttl = tonumber(ARGV[b + 4])
-    if ttl > 0 then
-      redis.call('PEXPIRE', KEYS[i], ttl)
-    end
-  end
-  out[i] = redis.call('HGET', KEYS[i], 'used') or '0'
-end
 return out
 "#;
 
 pub struct RedisLedger {
-    client: redis::Client,
-    spawn_on: Option<Handle>,
-    conn: OnceCell<ConnectionManager>,
-    last_failure: Mutex<Option<Instant>>,
-    reserve: Script,
-    settle: Script,
+    conn: RedisConn,
+    settle: LuaScript,
 }
 
 impl RedisLedger {
-    /// A ledger over the server at `url` (not contacted yet). The error never repeats the URL
-    /// (it may hold a password).
-    pub fn new(url: &str, spawn_on: Option<Handle>) -> Result<RedisLedger, String> {
-        let client = redis::Client::open(url)
-            .map_err(|e| format!("GW_REDIS_URL is not a usable Redis URL ({:?})", e.kind()))?;
-        Ok(RedisLedger {
-            client,
-            spawn_on,
-            conn: OnceCell::new(),
-            last_failure: Mutex::new(None),
-            reserve: Script::new(RESERVE),
-            settle: Script::new(SETTLE),
-        })
+    /// A ledger over the server at `url` (not contacted yet), sharing its connections with
+    /// the other plugins that use the same URL. The error never repeats the URL (it may hold
+    /// a password).
+    pub fn new(url: &str) -> Result<RedisLedger, String> {
+        Ok(RedisLedger::on(RedisConn::shared(url, RESPONSE_TIMEOUT)?))
     }
 
-    async fn connection(&self) -> Result<ConnectionManager, String> {
-        if let Some(c) = self.conn.get() {
-            return Ok(c.clone());
+    /// A ledger on `conn`.
+    pub fn on(conn: RedisConn) -> RedisLedger {
+        RedisLedger {
+            conn,
+            settle: LuaScript::new(SETTLE),
         }
-        let failed_recently = self
-            .last_failure
-            .lock()
-            .ok()
-            .and_then(|f| *f)
-            .is_some_and(|at| at.elapsed() < RETRY_CONNECT_AFTER);
-        if failed_recently {
-            return Err("Redis is unreachable (retrying shortly)".into());
+    }
+
+    /// The connection, for an [`Admission`] to join.
+    pub fn conn(&self) -> &RedisConn {
+        &self.conn
+    }
+
+    /// The budget part of the admission script for `holds`.
+    pub fn prepare(holds: &[Hold]) -> BudgetCall {
+        let mut keys = Vec::with_capacity(holds.len());
+        let mut args = Vec::with_capacity(4 * holds.len() + 1);
+        for h in holds {
+            keys.push(h.key.clone());
+            args.push(num(h.seed));
+            args.push(num(h.amount));
+            args.push(num(h.limit));
+            args.push(ttl_ms(h.ttl).to_string());
         }
-        let result = self
-            .conn
-            .get_or_try_init(|| async {
-                let client = self.client.clone();
-                let config = ConnectionManagerConfig::new()
-                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
-                    .set_response_timeout(Some(RESPONSE_TIMEOUT))
-                    .set_number_of_retries(2);
-                let connect =
-                    async move { client.get_connection_manager_with_config(config).await };
-                let connected = match &self.spawn_on {
-                    Some(handle) => handle
-                        .spawn(connect)
-                        .await
-                        .map_err(|e| format!("the Redis connection task failed: {e}"))?,
-                    None => connect.await,
-                };
-                connected.map_err(|e| format!("cannot connect to Redis: {e}"))
-            })
-            .await
-            .cloned();
-        if result.is_err() {
-            if let Ok(mut f) = self.last_failure.lock() {
-                *f = Some(Instant::now());
-            }
+        args.push(num(EPSILON));
+        BudgetCall { keys, args }
+    }
+
+    /// What the script's budget reply says about `holds` holds.
+    pub fn outcome(holds: usize, reply: &[String]) -> Result<Reserve, String> {
+        let field = |i: usize| -> Result<f64, String> {
+            reply
+                .get(i)
+                .and_then(|s| s.parse::<f64>().ok())
+                .ok_or_else(|| format!("unexpected reply from the reservation script: {reply:?}"))
+        };
+        match field(0)? as usize {
+            0 => Ok(Reserve::Held),
+            i if i <= holds => Ok(Reserve::Refused {
+                index: i - 1,
+                used: field(1)?,
+                held: field(2)?,
+            }),
+            _ => Err(format!(
+                "unexpected reply from the reservation script: {reply:?}"
+            )),
         }
-        result
     }
 }
 
@@ -185,59 +132,37 @@ impl Ledger for RedisLedger {
         if holds.is_empty() {
             return Ok(Reserve::Held);
         }
-        let mut conn = self.connection().await?;
-        let mut call = self.reserve.prepare_invoke();
-        for h in holds {
-            call.key(&h.key)
-                .arg(num(h.seed))
-                .arg(num(h.amount))
-                .arg(num(h.limit))
-                .arg(ttl_ms(h.ttl));
-        }
-        call.arg(num(EPSILON));
-        let reply: Vec<String> = call
-            .invoke_async(&mut conn)
+        let call = RedisLedger::prepare(holds);
+        let (_, reply) = Admission::run(&self.conn, None, Some(&call))
             .await
             .map_err(|e| format!("Redis budget reservation failed: {e}"))?;
-        let field = |i: usize| -> Result<f64, String> {
-            reply
-                .get(i)
-                .and_then(|s| s.parse::<f64>().ok())
-                .ok_or_else(|| format!("unexpected reply from the reservation script: {reply:?}"))
-        };
-        match field(0)? as usize {
-            0 => Ok(Reserve::Held),
-            i if i <= holds.len() => Ok(Reserve::Refused {
-                index: i - 1,
-                used: field(1)?,
-                held: field(2)?,
-            }),
-            _ => Err(format!(
-                "unexpected reply from the reservation script: {reply:?}"
-            )),
-        }
+        RedisLedger::outcome(holds.len(), &reply)
     }
 
     async fn settle(&self, token: &str, items: &[Settle]) -> Result<Vec<f64>, String> {
         if items.is_empty() {
             return Ok(Vec::new());
         }
-        let mut conn = self.connection().await?;
-        let mut call = self.settle.prepare_invoke();
+        let mut keys: Vec<&str> = items.iter().map(|s| s.key.as_str()).collect();
+        keys.push(token);
+        let mut args = Vec::with_capacity(4 * items.len());
         for s in items {
-            call.key(&s.key);
+            args.push(num(s.seed));
+            args.push(num(s.actual));
+            args.push(num(-s.reserved));
+            args.push(ttl_ms(s.ttl).to_string());
         }
-        call.key(token);
-        for s in items {
-            call.arg(num(s.seed))
-                .arg(num(s.actual))
-                .arg(num(-s.reserved))
-                .arg(ttl_ms(s.ttl));
-        }
-        let reply: Vec<String> = call
-            .invoke_async(&mut conn)
+        let mut replies = self
+            .conn
+            .pipeline(&[self.settle.call(&keys, &args)], &[&self.settle])
             .await
             .map_err(|e| format!("Redis budget settlement failed: {e}"))?;
+        let reply = replies.pop().unwrap_or(redis::Value::Nil);
+        if let Some(e) = reply_error(&reply) {
+            return Err(format!("Redis budget settlement failed: {e}"));
+        }
+        let reply: Vec<String> = redis::from_redis_value(reply)
+            .map_err(|e| format!("unexpected reply from the settlement script: {e}"))?;
         if reply.len() != items.len() {
             return Err(format!(
                 "unexpected reply from the settlement script: {reply:?}"
@@ -250,6 +175,10 @@ impl Ledger for RedisLedger {
                     .map_err(|_| format!("unexpected reply from the settlement script: {reply:?}"))
             })
             .collect()
+    }
+
+    fn redis(&self) -> Option<&RedisLedger> {
+        Some(self)
     }
 
     fn name(&self) -> &'static str {
@@ -290,9 +219,11 @@ mod tests {
     }
 
     async fn ledger(url: &str) -> RedisLedger {
-        let l = RedisLedger::new(url, None).expect("a valid URL");
+        // Each ledger on connections of its own, as another instance would be.
+        let l = RedisLedger::on(RedisConn::new(url, Duration::from_secs(2)).expect("a valid URL"));
         // Fail loudly when the variable is set but the server is not there.
-        l.connection()
+        l.conn()
+            .connection()
             .await
             .unwrap_or_else(|e| panic!("GW_TEST_REDIS_URL is set but Redis is unreachable: {e}"));
         l
@@ -300,7 +231,7 @@ mod tests {
 
     #[test]
     fn a_bad_url_is_a_clear_error_without_the_url() {
-        let err = RedisLedger::new("nope://user:hunter2@host", None)
+        let err = RedisLedger::new("nope://user:hunter2@host")
             .err()
             .expect("refused");
         assert!(err.contains("GW_REDIS_URL"), "{err}");
@@ -390,7 +321,7 @@ mod tests {
         assert_eq!(again, vec![7.5]);
         assert_eq!(l.reserve(&[ha, hb]).await.unwrap(), Reserve::Held);
         // Counters expire.
-        let mut conn = l.connection().await.unwrap();
+        let mut conn = l.conn().connection().await.unwrap();
         let ttl: i64 = redis::cmd("PTTL")
             .arg(&a)
             .query_async(&mut conn)
@@ -429,7 +360,7 @@ mod tests {
             t.await.unwrap();
         }
         assert_eq!(granted.load(Ordering::SeqCst), 25);
-        let mut conn = instances[0].connection().await.unwrap();
+        let mut conn = instances[0].conn().connection().await.unwrap();
         let held: f64 = redis::cmd("HGET")
             .arg(&key)
             .arg("held")

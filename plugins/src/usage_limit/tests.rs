@@ -293,7 +293,7 @@ async fn spend(plugin: &UsageLimitPlugin, p: &Principal, usage: (u64, u64)) {
 }
 
 async fn refused(plugin: &UsageLimitPlugin, cx: &mut RequestCx) -> GatewayError {
-    match plugin.on_request(cx).await {
+    match admit(plugin, cx).await {
         Err(e) => e,
         Ok(_) => panic!("expected a refusal"),
     }
@@ -804,9 +804,7 @@ async fn a_store_failure_allows_or_refuses_as_configured() {
     )]);
     let allow = env_with(json!({"backend": "redis"}), url.clone());
     let mut cx = chat(Some(p.clone()), 10);
-    allow
-        .plugin
-        .on_request(&mut cx)
+    admit(&allow.plugin, &mut cx)
         .await
         .expect("allowed unchecked");
     assert_eq!(
@@ -1101,6 +1099,14 @@ async fn a_cache_hit_costs_the_provider_nothing() {
     assert_eq!(e.sink.charged("provider:capped"), 0.0);
 }
 
+/// `on_request`, then what the pipeline does next: complete the Redis reservation the plugin
+/// deferred.
+async fn admit(plugin: &UsageLimitPlugin, cx: &mut RequestCx) -> Result<Flow, GatewayError> {
+    let flow = plugin.on_request(cx).await?;
+    cx.complete_deferred().await?;
+    Ok(flow)
+}
+
 /// Two plugins over one Redis stand for two gateway instances.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_share_a_budget_in_redis() {
@@ -1128,7 +1134,7 @@ async fn two_instances_share_a_budget_in_redis() {
         let p = p.clone();
         tasks.push(tokio::spawn(async move {
             let mut cx = chat(Some(p), 10);
-            match e.plugin.on_request(&mut cx).await {
+            match admit(&e.plugin, &mut cx).await {
                 Ok(_) => Some(cx),
                 Err(err) => {
                     assert_eq!(err.status(), StatusCode::PRECONDITION_FAILED, "{err}");
@@ -1158,8 +1164,7 @@ async fn two_instances_share_a_budget_in_redis() {
     let mut granted = 0;
     for i in 0..10 {
         let e = if i % 2 == 0 { &a } else { &b };
-        if e.plugin
-            .on_request(&mut chat(Some(p.clone()), 10))
+        if admit(&e.plugin, &mut chat(Some(p.clone()), 10))
             .await
             .is_ok()
         {
@@ -1173,6 +1178,133 @@ async fn two_instances_share_a_budget_in_redis() {
         .await
         .unwrap();
     assert!(!keys.is_empty());
+    let _: () = ::redis::cmd("DEL")
+        .arg(keys)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
+
+/// A loopback proxy in front of Redis that holds every write carrying a settlement (its
+/// token key, `…settled:<uuid>`) for `delay` before passing it on: a Redis slow to settle.
+async fn slow_settling_redis(redis_url: &str, delay: Duration) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let upstream = redis_url
+        .trim_start_matches("redis://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let server = tokio::net::TcpStream::connect(&upstream).await.unwrap();
+            let (mut client_read, mut client_write) = client.into_split();
+            let (mut server_read, mut server_write) = server.into_split();
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
+            });
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(n) = client_read.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    if memchr::memmem::find(&buf[..n], b"settled:").is_some() {
+                        tokio::time::sleep(delay).await;
+                    }
+                    if server_write.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    format!("redis://{addr}")
+}
+
+/// Settlements that Redis takes long to apply still never let spend pass the limit: each
+/// request's reservation keeps counting until its settlement lands, so the requests sent
+/// meanwhile are refused, not admitted against spend that is not written yet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slow_settlement_never_lets_spend_pass_the_limit() {
+    let Ok(url) = std::env::var("GW_TEST_REDIS_URL") else {
+        eprintln!("GW_TEST_REDIS_URL is not set: skipping the slow settlement test");
+        return;
+    };
+    let client = ::redis::Client::open(url.as_str()).expect("GW_TEST_REDIS_URL is a Redis URL");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("GW_TEST_REDIS_URL is set but Redis is unreachable: {e}"));
+    let slow = slow_settling_redis(&url, Duration::from_millis(600)).await;
+    let prefix = format!("gw:test:{}:", uuid::Uuid::new_v4());
+    let config = json!({"backend": "redis", "key_prefix": prefix, "on_backend_error": "refuse"});
+    let e = Arc::new(env_with(config, Some(slow)));
+    let budget_id = format!("api_key:{}", uuid::Uuid::new_v4());
+    let p = principal(vec![budget(&budget_id, limit(UsageKind::Tokens, 300.0))]);
+    // Each request is estimated at 12 tokens (2 of prompt, 10 of max_tokens) and spends 12
+    // as soon as it is admitted: the limit holds exactly 25.
+    let wave = |n: usize| {
+        let tasks: Vec<_> = (0..n)
+            .map(|_| {
+                let (e, p) = (e.clone(), p.clone());
+                tokio::spawn(async move {
+                    let mut cx = chat(Some(p), 10);
+                    match admit(&e.plugin, &mut cx).await {
+                        Ok(_) => {
+                            finish(&e.plugin, &mut cx, 200, Some((2, 10))).await;
+                            true
+                        }
+                        Err(err) => {
+                            assert_eq!(err.status(), StatusCode::PRECONDITION_FAILED, "{err}");
+                            false
+                        }
+                    }
+                })
+            })
+            .collect::<Vec<_>>();
+        async move {
+            let mut admitted = 0;
+            for t in tasks {
+                admitted += usize::from(t.await.unwrap());
+            }
+            admitted
+        }
+    };
+    let mut admitted = wave(40).await;
+    assert_eq!(admitted, 25);
+    // The settlements are held back: the counter shows the reservations, and no spend.
+    let keys: Vec<String> = ::redis::cmd("KEYS")
+        .arg(format!("{prefix}{{{budget_id}}}:*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let (used, held): (f64, f64) = ::redis::cmd("HMGET")
+        .arg(&keys[0])
+        .arg("used")
+        .arg("held")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((used, held), (0.0, 300.0), "settlements not written yet");
+    assert_eq!(e.sink.charged(&budget_id), 0.0);
+    // Requests keep coming while the settlements wait, and after they land.
+    let started = Instant::now();
+    while started.elapsed() < Duration::from_millis(1500) {
+        admitted += wave(8).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // One request's estimate is the most the limit may be passed by; here it is not passed.
+    assert!(admitted * 12 <= 300 + 12, "{admitted} admitted");
+    assert_eq!(admitted, 25);
+    eventually("every settlement", || e.sink.charged(&budget_id) == 300.0).await;
+    let keys: Vec<String> = ::redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
     let _: () = ::redis::cmd("DEL")
         .arg(keys)
         .query_async(&mut conn)
