@@ -331,52 +331,13 @@ mod tests {
     use plugin_sdk::{ErrorKind, Route};
 
     use super::*;
-    use crate::limits::redis::{test_conn, test_url};
+    use crate::limits::redis::{test_conn, test_proxy, test_url};
     use crate::rate_limit::redis::RedisCounters;
     use crate::rate_limit::{CounterSpec, Decision};
     use crate::usage_limit::{Hold, RedisLedger, Reserve};
 
     /// Mid-day, so that a daily window does not roll during the test.
     const NOW: u64 = 1_700_006_400_000 + 12 * 3_600_000;
-
-    /// A loopback proxy in front of Redis that keeps every byte the client sends.
-    async fn recording_proxy(redis_url: &str) -> (String, Arc<Mutex<Vec<u8>>>) {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let upstream = redis_url
-            .trim_start_matches("redis://")
-            .split('/')
-            .next()
-            .unwrap()
-            .to_owned();
-        let sent = Arc::new(Mutex::new(Vec::new()));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let record = sent.clone();
-        tokio::spawn(async move {
-            while let Ok((client, _)) = listener.accept().await {
-                let server = tokio::net::TcpStream::connect(&upstream).await.unwrap();
-                let (mut client_read, mut client_write) = client.into_split();
-                let (mut server_read, mut server_write) = server.into_split();
-                tokio::spawn(async move {
-                    let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
-                });
-                let record = record.clone();
-                tokio::spawn(async move {
-                    let mut buf = vec![0u8; 64 * 1024];
-                    while let Ok(n) = client_read.read(&mut buf).await {
-                        if n == 0 {
-                            break;
-                        }
-                        record.lock().unwrap().extend_from_slice(&buf[..n]);
-                        if server_write.write_all(&buf[..n]).await.is_err() {
-                            break;
-                        }
-                    }
-                });
-            }
-        });
-        (format!("redis://{addr}"), sent)
-    }
 
     fn count(haystack: &[u8], needle: &[u8]) -> usize {
         memchr::memmem::find_iter(haystack, needle).count()
@@ -462,7 +423,13 @@ mod tests {
     async fn one_script_call_checks_the_rate_limits_and_reserves_the_budgets() {
         let Some(url) = test_url() else { return };
         let direct = test_conn(&url).await;
-        let (proxy, sent) = recording_proxy(&url).await;
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let record = sent.clone();
+        let proxy = test_proxy(&url, move |chunk| {
+            record.lock().unwrap().extend_from_slice(chunk);
+            Duration::ZERO
+        })
+        .await;
         let conn = RedisConn::new(&proxy, Duration::from_secs(2)).unwrap();
         let prefix = format!("gw:test:admission:{}:", uuid::Uuid::new_v4());
         let counters =

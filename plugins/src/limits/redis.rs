@@ -316,6 +316,53 @@ pub fn test_url() -> Option<String> {
     }
 }
 
+/// A loopback proxy in front of the Redis at `redis_url`, for tests: every chunk a client
+/// sends is shown to `tap` first, which returns how long to hold it before passing it on.
+/// Returns the proxy's URL.
+#[cfg(test)]
+pub async fn test_proxy(
+    redis_url: &str,
+    tap: impl Fn(&[u8]) -> Duration + Send + Sync + 'static,
+) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let upstream = redis_url
+        .trim_start_matches("redis://")
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let tap = Arc::new(tap);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((client, _)) = listener.accept().await {
+            let server = tokio::net::TcpStream::connect(&upstream).await.unwrap();
+            let (mut client_read, mut client_write) = client.into_split();
+            let (mut server_read, mut server_write) = server.into_split();
+            tokio::spawn(async move {
+                let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
+            });
+            let tap = tap.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(n) = client_read.read(&mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    let hold = tap(&buf[..n]);
+                    if !hold.is_zero() {
+                        tokio::time::sleep(hold).await;
+                    }
+                    if server_write.write_all(&buf[..n]).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    format!("redis://{addr}")
+}
+
 /// A connection for tests: panics (the test fails) when the server cannot be reached.
 #[cfg(test)]
 pub async fn test_conn(url: &str) -> RedisConn {

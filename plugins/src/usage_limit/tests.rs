@@ -1107,18 +1107,24 @@ async fn admit(plugin: &UsageLimitPlugin, cx: &mut RequestCx) -> Result<Flow, Ga
     Ok(flow)
 }
 
-/// Two plugins over one Redis stand for two gateway instances.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_instances_share_a_budget_in_redis() {
-    let Ok(url) = std::env::var("GW_TEST_REDIS_URL") else {
-        eprintln!("GW_TEST_REDIS_URL is not set: skipping the Redis budget test");
-        return;
-    };
+/// `GW_TEST_REDIS_URL` and a connection to it, or `None` (the test is skipped) when unset;
+/// panics when it is set and Redis does not answer.
+async fn test_redis() -> Option<(String, ::redis::aio::MultiplexedConnection)> {
+    let url = crate::limits::redis::test_url()?;
     let client = ::redis::Client::open(url.as_str()).expect("GW_TEST_REDIS_URL is a Redis URL");
-    let mut conn = client
+    let conn = client
         .get_multiplexed_async_connection()
         .await
         .unwrap_or_else(|e| panic!("GW_TEST_REDIS_URL is set but Redis is unreachable: {e}"));
+    Some((url, conn))
+}
+
+/// Two plugins over one Redis stand for two gateway instances.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_share_a_budget_in_redis() {
+    let Some((url, mut conn)) = test_redis().await else {
+        return;
+    };
     let prefix = format!("gw:test:{}:", uuid::Uuid::new_v4());
     let config = json!({"backend": "redis", "key_prefix": prefix, "on_backend_error": "refuse"});
     let a = Arc::new(env_with(config.clone(), Some(url.clone())));
@@ -1185,60 +1191,23 @@ async fn two_instances_share_a_budget_in_redis() {
         .unwrap();
 }
 
-/// A loopback proxy in front of Redis that holds every write carrying a settlement (its
-/// token key, `…settled:<uuid>`) for `delay` before passing it on: a Redis slow to settle.
-async fn slow_settling_redis(redis_url: &str, delay: Duration) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let upstream = redis_url
-        .trim_start_matches("redis://")
-        .split('/')
-        .next()
-        .unwrap()
-        .to_owned();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((client, _)) = listener.accept().await {
-            let server = tokio::net::TcpStream::connect(&upstream).await.unwrap();
-            let (mut client_read, mut client_write) = client.into_split();
-            let (mut server_read, mut server_write) = server.into_split();
-            tokio::spawn(async move {
-                let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
-            });
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 64 * 1024];
-                while let Ok(n) = client_read.read(&mut buf).await {
-                    if n == 0 {
-                        break;
-                    }
-                    if memchr::memmem::find(&buf[..n], b"settled:").is_some() {
-                        tokio::time::sleep(delay).await;
-                    }
-                    if server_write.write_all(&buf[..n]).await.is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-    });
-    format!("redis://{addr}")
-}
-
 /// Settlements that Redis takes long to apply still never let spend pass the limit: each
 /// request's reservation keeps counting until its settlement lands, so the requests sent
 /// meanwhile are refused, not admitted against spend that is not written yet.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_slow_settlement_never_lets_spend_pass_the_limit() {
-    let Ok(url) = std::env::var("GW_TEST_REDIS_URL") else {
-        eprintln!("GW_TEST_REDIS_URL is not set: skipping the slow settlement test");
+    let Some((url, mut conn)) = test_redis().await else {
         return;
     };
-    let client = ::redis::Client::open(url.as_str()).expect("GW_TEST_REDIS_URL is a Redis URL");
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap_or_else(|e| panic!("GW_TEST_REDIS_URL is set but Redis is unreachable: {e}"));
-    let slow = slow_settling_redis(&url, Duration::from_millis(600)).await;
+    // Redis slow to settle: every write carrying a settlement (its token key) is held.
+    let slow = crate::limits::redis::test_proxy(&url, |chunk| {
+        if memchr::memmem::find(chunk, b"settled:").is_some() {
+            Duration::from_millis(600)
+        } else {
+            Duration::ZERO
+        }
+    })
+    .await;
     let prefix = format!("gw:test:{}:", uuid::Uuid::new_v4());
     let config = json!({"backend": "redis", "key_prefix": prefix, "on_backend_error": "refuse"});
     let e = Arc::new(env_with(config, Some(slow)));
