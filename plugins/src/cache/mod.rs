@@ -371,7 +371,11 @@ impl Plugin for CachePlugin {
         let Some(redis) = self.store.redis() else {
             return Ok(Flow::Continue);
         };
-        if cx.gw.cache_force_refresh || !Admission::pending_on(cx, redis.conn()) {
+        // A cluster's pipeline stays within one slot: the lookup's key is not the request's.
+        if cx.gw.cache_force_refresh
+            || redis.conn().is_cluster()
+            || !Admission::pending_on(cx, redis.conn())
+        {
             return Ok(Flow::Continue);
         }
         let Some(RoutePlan::Single(target)) = &cx.plan else {

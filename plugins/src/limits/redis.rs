@@ -14,6 +14,15 @@
 //! requests pay no extra latency (the caller's fail-open or fail-closed choice applies), and
 //! Redis is tried again after the pause.
 //!
+//! `redis+cluster://[user:password@]host:port[,host:port...]` names a Redis Cluster by its seed
+//! nodes (`rediss+cluster://` with TLS). Every key one call touches must then hash to one slot:
+//! the limits' keys carry their organisation as their hash tag ([`org_tag`], [`hash_tag`]), so
+//! a request's counters live on one node; a call may not mix tags ([`RedisConn::is_cluster`]
+//! tells the callers that group by tag). A request would need two slots only through a saved
+//! provider that no organisation owns and that has limits of its own, which neither the
+//! control plane (every saved provider has an owner) nor the YAML (no limits) makes; in a
+//! cluster such a check would fail and the plugins' `on_backend_error` apply.
+//!
 //! The URL may hold a password: it is never logged nor put in an error message.
 
 use std::cell::RefCell;
@@ -23,8 +32,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Cmd, Value};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, RedisFuture, Value};
 
 /// How long calls fail fast after Redis could not be reached.
 pub const RECONNECT_BACKOFF: Duration = Duration::from_secs(1);
@@ -38,13 +49,133 @@ const UNREACHABLE: &str = "Redis is unreachable (retrying shortly)";
 /// connection tables.
 pub struct Server {
     id: u64,
-    client: redis::Client,
+    client: Client,
     last_failure: Mutex<Option<Instant>>,
+}
+
+/// A single server (or a primary with replicas) or a cluster.
+enum Client {
+    Single(redis::Client),
+    Cluster(Box<ClusterClient>),
+}
+
+/// A multiplexed connection to a server or a cluster; cheap to clone.
+#[derive(Clone)]
+pub enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl std::fmt::Debug for Conn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Conn::Single(_) => "Conn::Single",
+            Conn::Cluster(_) => "Conn::Cluster",
+        })
+    }
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
 }
 
 thread_local! {
     /// This thread's connections, by server id.
-    static CONNECTIONS: RefCell<Vec<(u64, ConnectionManager)>> = const { RefCell::new(Vec::new()) };
+    static CONNECTIONS: RefCell<Vec<(u64, Conn)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The client for `url`: a cluster for `redis+cluster://` (`rediss+cluster://`), whose seed
+/// nodes are separated by commas; else one server.
+fn client(url: &str) -> Result<Client, String> {
+    let unusable =
+        |e: redis::RedisError| format!("GW_REDIS_URL is not a usable Redis URL ({})", e.category());
+    let Some((scheme, rest)) = url
+        .strip_prefix("redis+cluster://")
+        .map(|r| ("redis", r))
+        .or_else(|| url.strip_prefix("rediss+cluster://").map(|r| ("rediss", r)))
+    else {
+        return redis::Client::open(url)
+            .map(Client::Single)
+            .map_err(unusable);
+    };
+    let (auth, hosts) = match rest.rsplit_once('@') {
+        Some((auth, hosts)) => (format!("{auth}@"), hosts),
+        None => (String::new(), rest),
+    };
+    let nodes: Vec<String> = hosts
+        .trim_end_matches('/')
+        .split(',')
+        .filter(|h| !h.trim().is_empty())
+        .map(|h| format!("{scheme}://{auth}{}", h.trim()))
+        .collect();
+    if nodes.is_empty() {
+        return Err("GW_REDIS_URL names a Redis Cluster without any node".to_owned());
+    }
+    ClusterClient::builder(nodes)
+        .connection_timeout(CONNECT_TIMEOUT)
+        .response_timeout(Duration::from_secs(2))
+        .build()
+        .map(|c| Client::Cluster(Box::new(c)))
+        .map_err(unusable)
+}
+
+/// The hash tag of a key part: `{tag}` makes every key holding it hash to one Redis Cluster
+/// slot. Characters that would end the tag early are replaced.
+pub fn hash_tag(tag: &str) -> String {
+    let mut out = String::with_capacity(tag.len() + 2);
+    out.push('{');
+    out.extend(
+        tag.chars()
+            .map(|c| if c == '{' || c == '}' { '_' } else { c }),
+    );
+    out.push('}');
+    out
+}
+
+/// The tag of the counters `organisation` owns (its keys, workspaces, policies, providers);
+/// `gateway` for what no organisation owns (a request without a caller, an operator's
+/// provider). A request's counters all belong to its caller's organisation, so they share
+/// one slot; a saved provider's belong to its owner's, which is the caller's (only its own
+/// organisation may use it).
+pub fn org_tag(organisation: Option<&str>) -> &str {
+    organisation.filter(|o| !o.is_empty()).unwrap_or("gateway")
+}
+
+/// The tag of `key` as Redis Cluster reads it: what is between its first `{` and the next `}`
+/// when not empty, else the whole key.
+pub fn tag_of(key: &str) -> &str {
+    if let Some(open) = key.find('{') {
+        if let Some(len) = key[open + 1..].find('}') {
+            if len > 0 {
+                return &key[open + 1..open + 1 + len];
+            }
+        }
+    }
+    key
 }
 
 /// The servers plugins share, by URL.
@@ -66,8 +197,7 @@ impl RedisConn {
     /// error never repeats the URL.
     pub fn new(url: &str, timeout: Duration) -> Result<RedisConn, String> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-        let client = redis::Client::open(url)
-            .map_err(|e| format!("GW_REDIS_URL is not a usable Redis URL ({})", e.category()))?;
+        let client = client(url)?;
         Ok(RedisConn {
             server: Arc::new(Server {
                 id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -101,6 +231,11 @@ impl RedisConn {
         }
     }
 
+    /// Whether the server is a Redis Cluster: one call's keys must then share a hash tag.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.server.client, Client::Cluster(_))
+    }
+
     /// Whether both handles talk to the same server through the same connections.
     pub fn same_server(&self, other: &RedisConn) -> bool {
         Arc::ptr_eq(&self.server, &other.server)
@@ -124,7 +259,7 @@ impl RedisConn {
 
     /// This thread's connection, opened on its first call. Fails fast (without trying) within
     /// [`RECONNECT_BACKOFF`] of a failure. Must be called inside a Tokio runtime.
-    pub async fn connection(&self) -> Result<ConnectionManager, String> {
+    pub async fn connection(&self) -> Result<Conn, String> {
         if self.tripped() {
             return Err(UNREACHABLE.to_owned());
         }
@@ -144,9 +279,19 @@ impl RedisConn {
             // Reconnection after a lost connection happens in the background; a request does
             // not wait for a long series of attempts.
             .set_number_of_retries(2);
+        let open = async {
+            match &self.server.client {
+                Client::Single(client) => {
+                    ConnectionManager::new_with_config(client.clone(), config)
+                        .await
+                        .map(Conn::Single)
+                }
+                Client::Cluster(client) => client.get_async_connection().await.map(Conn::Cluster),
+            }
+        };
         let opened = match tokio::time::timeout(
             CONNECT_TIMEOUT.min(self.timeout.max(Duration::from_millis(100))),
-            ConnectionManager::new_with_config(self.server.client.clone(), config),
+            open,
         )
         .await
         {
@@ -178,7 +323,7 @@ impl RedisConn {
     /// timeout makes the next calls fail fast for [`RECONNECT_BACKOFF`].
     pub async fn run<T, F, Fut>(&self, op: F) -> Result<T, String>
     where
-        F: FnOnce(ConnectionManager) -> Fut,
+        F: FnOnce(Conn) -> Fut,
         Fut: Future<Output = redis::RedisResult<T>>,
     {
         let conn = self.connection().await?;
@@ -228,13 +373,16 @@ impl RedisConn {
         if !replies.iter().any(is_noscript) {
             return Ok(replies);
         }
-        let mut load = redis::pipe();
-        for s in scripts {
-            load.cmd("SCRIPT").arg("LOAD").arg(s.code).ignore();
-        }
         let pipe = send();
         self.run(|mut c| async move {
-            load.query_async::<()>(&mut c).await?;
+            // One command each, not a pipeline: a cluster sends `SCRIPT LOAD` to every primary.
+            for s in scripts {
+                redis::cmd("SCRIPT")
+                    .arg("LOAD")
+                    .arg(s.code)
+                    .query_async::<String>(&mut c)
+                    .await?;
+            }
             pipe.query_async(&mut c).await
         })
         .await
@@ -295,8 +443,14 @@ pub fn key_part(id: &str) -> std::borrow::Cow<'_, str> {
     if id.len() <= LONGEST {
         return std::borrow::Cow::Borrowed(id);
     }
+    // A leading hash tag (`{workspace}`) is kept, so that the key stays in its slot.
+    let tag = match id.strip_prefix('{').and_then(|rest| rest.find('}')) {
+        Some(end) if end + 2 <= LONGEST => &id[..end + 2],
+        _ => "",
+    };
     let digest = ring::digest::digest(&ring::digest::SHA256, id.as_bytes());
-    let mut out = String::with_capacity(7 + 64);
+    let mut out = String::with_capacity(tag.len() + 7 + 64);
+    out.push_str(tag);
     out.push_str("sha256:");
     for b in digest.as_ref() {
         out.push_str(&format!("{b:02x}"));
@@ -363,6 +517,111 @@ pub async fn test_proxy(
     format!("redis://{addr}")
 }
 
+/// A private Redis Cluster for tests: three primaries on loopback ports of their own, started
+/// with the machine's `redis-server` and `redis-cli` when `GW_TEST_REDIS_URL` is set (Redis
+/// tests are on), stopped by PID when dropped.
+#[cfg(test)]
+pub struct TestCluster {
+    nodes: Vec<std::process::Child>,
+    dir: std::path::PathBuf,
+    /// `redis+cluster://` with the three nodes.
+    pub url: String,
+}
+
+#[cfg(test)]
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            let _ = node.kill();
+            let _ = node.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Starts a [`TestCluster`], or `None` (the caller skips) when `GW_TEST_REDIS_URL` is unset.
+/// Panics when Redis tests are on and the cluster cannot be made.
+#[cfg(test)]
+pub fn test_cluster() -> Option<TestCluster> {
+    use std::process::{Command, Stdio};
+    test_url()?;
+    // A free port whose cluster bus port (+10000) is free too.
+    let port = || loop {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let p = l.local_addr().unwrap().port();
+        if p < 55_000 && std::net::TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok() {
+            return p;
+        }
+    };
+    let dir = std::env::temp_dir().join(format!("gw-test-cluster-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ports = [port(), port(), port()];
+    let mut cluster = TestCluster {
+        nodes: Vec::new(),
+        dir: dir.clone(),
+        url: String::new(),
+    };
+    for p in ports {
+        let child = Command::new("redis-server")
+            .args(["--port", &p.to_string(), "--bind", "127.0.0.1"])
+            .args([
+                "--cluster-enabled",
+                "yes",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .args(["--cluster-config-file", &format!("nodes-{p}.conf")])
+            .arg("--dir")
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("Redis tests are on (GW_TEST_REDIS_URL): redis-server must be installed");
+        cluster.nodes.push(child);
+    }
+    let cli = |args: &[&str]| {
+        Command::new("redis-cli")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("Redis tests are on (GW_TEST_REDIS_URL): redis-cli must be installed")
+    };
+    for p in ports {
+        let p = p.to_string();
+        let up = (0..100).any(|_| {
+            let ok = cli(&["-p", &p, "ping"]).stdout.starts_with(b"PONG");
+            if !ok {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            ok
+        });
+        assert!(up, "the test cluster's node on port {p} did not start");
+    }
+    let nodes: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let mut create = vec!["--cluster", "create"];
+    create.extend(nodes.iter().map(String::as_str));
+    create.extend(["--cluster-replicas", "0", "--cluster-yes"]);
+    let made = cli(&create);
+    assert!(
+        made.status.success(),
+        "redis-cli --cluster create: {made:?}"
+    );
+    let ready = (0..200).any(|_| {
+        let ok = ports.iter().all(|p| {
+            let info = cli(&["-p", &p.to_string(), "cluster", "info"]).stdout;
+            String::from_utf8_lossy(&info).contains("cluster_state:ok")
+        });
+        if !ok {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        ok
+    });
+    assert!(ready, "the test cluster did not become ready");
+    cluster.url = format!("redis+cluster://{}", nodes.join(","));
+    Some(cluster)
+}
+
 /// A connection for tests: panics (the test fails) when the server cannot be reached.
 #[cfg(test)]
 pub async fn test_conn(url: &str) -> RedisConn {
@@ -384,6 +643,36 @@ mod tests {
             .expect("not a redis url");
         assert!(err.contains("GW_REDIS_URL"), "{err}");
         assert!(!err.contains("s3cret"), "{err}");
+    }
+
+    #[test]
+    fn cluster_urls_and_hash_tags() {
+        let conn = RedisConn::new(
+            "redis+cluster://u:pw@10.0.0.1:7000,10.0.0.2:7001",
+            Duration::from_secs(1),
+        )
+        .unwrap();
+        assert!(conn.is_cluster());
+        assert!(
+            !RedisConn::new("redis://10.0.0.1:6379", Duration::from_secs(1))
+                .unwrap()
+                .is_cluster()
+        );
+        let err = RedisConn::new("redis+cluster://", Duration::from_secs(1))
+            .err()
+            .expect("no node");
+        assert!(err.contains("without any node"), "{err}");
+        assert_eq!(hash_tag("ws-1"), "{ws-1}");
+        assert_eq!(hash_tag("a{b}"), "{a_b_}");
+        assert_eq!(tag_of("gw:rl:{ws-1}api_key:k:0:7"), "ws-1");
+        assert_eq!(tag_of("gw:rl:{}x"), "gw:rl:{}x");
+        assert_eq!(tag_of("plain"), "plain");
+        assert_eq!(org_tag(Some("org-1")), "org-1");
+        assert_eq!(org_tag(Some("")), "gateway");
+        assert_eq!(org_tag(None), "gateway");
+        // A long id keeps its tag, so its key stays in the request's slot.
+        let long = format!("{{ws-1}}policy:p:{}", "x".repeat(300));
+        assert!(key_part(&long).starts_with("{ws-1}sha256:"));
     }
 
     #[test]

@@ -71,7 +71,7 @@ use plugin_sdk::{
 
 use crate::limits::admission::Admission;
 use crate::limits::matching::{in_workspace, matches, value_key, Subject};
-use crate::limits::redis::RedisConn;
+use crate::limits::redis::{hash_tag, org_tag, RedisConn};
 pub use config::{Backend, OnBackendError, RateLimitConfig};
 pub use counters::{CounterError, CounterSpec, Counters, Decision};
 
@@ -175,15 +175,36 @@ impl PolicyIndex {
 }
 
 /// The limits of one request: counters to check, and where each came from.
-#[derive(Default)]
 struct Applicable {
+    /// The hash tag every counter id of the request starts with (see [`Applicable::of`]).
+    tag: String,
     specs: Vec<CounterSpec>,
     sources: Vec<(Source, RateLimit)>,
     index: Option<Arc<PolicyIndex>>,
 }
 
 impl Applicable {
+    /// No limits yet for the request of `who`. Every counter id starts with the hash tag of
+    /// the organisation that owns the counter ([`org_tag`]): the caller's, which also owns
+    /// the saved providers it may use, so in a Redis Cluster a request's counters share one
+    /// slot and one script call checks them all.
+    fn of(who: Option<&Principal>) -> Applicable {
+        let tag = org_tag(who.and_then(|p| p.organisation_id.as_deref()));
+        Applicable {
+            tag: hash_tag(tag),
+            specs: Vec::new(),
+            sources: Vec::new(),
+            index: None,
+        }
+    }
+
     fn push(&mut self, id: String, limit: RateLimit, source: Source) {
+        let id = format!("{}{id}", self.tag);
+        self.push_id(id, limit, source);
+    }
+
+    /// Adds a counter whose id already carries its tag.
+    fn push_id(&mut self, id: String, limit: RateLimit, source: Source) {
         // A limit of no number cannot be enforced; the control plane refuses one on input.
         if !limit.value.is_finite() || self.specs.iter().any(|s| s.id == id) {
             return;
@@ -247,9 +268,13 @@ struct ProvidersCounted(Vec<String>);
 #[derive(Debug, Clone)]
 struct RoutedThrough(Option<String>);
 
-/// The slug of a saved provider's counter id, `provider:<slug>:<n>`.
+/// The slug of a saved provider's counter id, `{<tag>}provider:<slug>:<n>`.
 fn provider_of_id(id: &str) -> Option<&str> {
-    let rest = id.strip_prefix("provider:")?;
+    let untagged = match id.strip_prefix('{') {
+        Some(rest) => rest.split_once('}').map_or(id, |(_, after)| after),
+        None => id,
+    };
+    let rest = untagged.strip_prefix("provider:")?;
     rest.rsplit_once(':').map(|(slug, _)| slug)
 }
 
@@ -423,7 +448,7 @@ impl RateLimiter {
 
     /// The limits that apply to this request.
     fn applicable(&self, cx: &RequestCx) -> Applicable {
-        let mut out = Applicable::default();
+        let mut out = Applicable::of(cx.extensions.get::<Principal>());
         if let Some(p) = cx.extensions.get::<Principal>() {
             for rl in &p.rate_limits {
                 out.push(
@@ -468,9 +493,12 @@ impl RateLimiter {
         let Some(record) = self.providers.provider_for(slug, who) else {
             return;
         };
+        // Tagged with the provider's owner: every caller of the provider counts on it.
+        let owner = record.owner.as_ref().map(|o| o.organisation_id.as_str());
+        let tag = hash_tag(org_tag(owner));
         for (i, limit) in record.rate_limits.iter().enumerate() {
-            out.push(
-                format!("provider:{slug}:{i}"),
+            out.push_id(
+                format!("{tag}provider:{slug}:{i}"),
                 *limit,
                 Source::Principal(Scope::Provider),
             );
@@ -680,7 +708,7 @@ impl Plugin for RateLimiter {
         {
             return Ok(Flow::Continue);
         }
-        let mut applicable = Applicable::default();
+        let mut applicable = Applicable::of(cx.extensions.get::<Principal>());
         self.push_provider(&mut applicable, slug, cx.extensions.get::<Principal>());
         if applicable.specs.is_empty() {
             return Ok(Flow::Continue);

@@ -2,8 +2,9 @@
 //! instance that uses the same Redis.
 //!
 //! Each counter is two keys, the count of the current fixed window and of the previous one:
-//! `<prefix><id>:<window index>` (prefix `gw:rl:` by default; an id longer than 200 bytes is
-//! replaced by its SHA-256). A key expires two windows after it was last charged, when it no
+//! `<prefix><id>:<window index>` (prefix `gw:rl:` by default; an id starts with its
+//! organisation's hash tag, `{org-id}api_key:<id>:0`, so that a request's counters share one
+//! Redis Cluster slot; an id longer than 200 bytes is replaced by its tag and its SHA-256). A key expires two windows after it was last charged, when it no
 //! longer counts.
 //!
 //! A request's check-and-charge of all its counters is the rate part of ONE Lua script
@@ -17,8 +18,8 @@
 //! a background thread sends the queued ones in one round trip (`INCRBY` and `PEXPIRE` for
 //! each), retrying a failure after 100 ms, 1 s and 5 s.
 //!
-//! A script touching several keys needs them on one node: a Redis Cluster is not supported
-//! (a single server, or one with replicas, is).
+//! A script touching several keys needs them on one node: in a Redis Cluster the tag keeps a
+//! request's counters together, and the background charges are sent one pipeline per tag.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,7 +29,7 @@ use async_trait::async_trait;
 use super::counters::{latest_refusal, CounterError, CounterSpec, Counters, Decision};
 use crate::limits::admission::{Admission, RateCall};
 use crate::limits::batches::Batches;
-use crate::limits::redis::{key_part, reply_error, RedisConn};
+use crate::limits::redis::{key_part, reply_error, tag_of, RedisConn};
 use crate::limits::window;
 
 /// Waits before each retry of a failed batch of token charges.
@@ -166,8 +167,26 @@ impl RedisCounters {
     }
 }
 
-/// Sends a batch of token charges in one round trip.
+/// Sends a batch of token charges in one round trip (in a Redis Cluster, one per hash tag:
+/// a pipeline's keys must share a slot there).
 async fn send_charges(conn: &RedisConn, batch: &[TokenCharge]) -> Result<(), String> {
+    if conn.is_cluster() {
+        let mut tags: Vec<&str> = batch.iter().map(|c| tag_of(&c.key)).collect();
+        tags.sort_unstable();
+        tags.dedup();
+        if tags.len() > 1 {
+            for tag in tags {
+                let group: Vec<&TokenCharge> =
+                    batch.iter().filter(|c| tag_of(&c.key) == tag).collect();
+                send_pipeline(conn, &group).await?;
+            }
+            return Ok(());
+        }
+    }
+    send_pipeline(conn, &batch.iter().collect::<Vec<_>>()).await
+}
+
+async fn send_pipeline(conn: &RedisConn, batch: &[&TokenCharge]) -> Result<(), String> {
     let mut commands = Vec::with_capacity(2 * batch.len());
     for c in batch {
         let mut incr = redis::cmd("INCRBY");

@@ -863,6 +863,20 @@ async fn two_instances_share_limits_through_redis() {
     };
     // Fail loudly if the server is not there.
     crate::limits::redis::test_conn(&url).await;
+    two_instances_share_limits(url).await;
+}
+
+/// The same through a Redis Cluster of three primaries: each request's counters share its
+/// workspace's slot, and the workspaces' slots spread over the nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_share_limits_through_a_redis_cluster() {
+    let Some(cluster) = crate::limits::redis::test_cluster() else {
+        return;
+    };
+    two_instances_share_limits(cluster.url.clone()).await;
+}
+
+async fn two_instances_share_limits(url: String) {
     let prefix = format!("gw:test:rl:{}:", uuid::Uuid::new_v4());
     let config = RateLimitConfig {
         redis_prefix: prefix,

@@ -100,6 +100,7 @@ pub use redis::RedisLedger;
 
 use crate::limits::admission::Admission;
 use crate::limits::batches::Batches;
+use crate::limits::redis::{hash_tag, org_tag, tag_of};
 
 use ledger::EPSILON;
 use report::Report;
@@ -372,17 +373,18 @@ impl UsageLimitPlugin {
         let mut out: Vec<Applied> = Vec::new();
         let principal = cx.extensions.get::<Principal>();
         if let Some(p) = principal {
+            let tag = org_tag(p.organisation_id.as_deref());
             for b in &p.budgets {
-                out.push(self.applied_budget(b, Some(p), now));
+                out.push(self.applied_budget(b, Some(p), tag, now));
             }
         }
         let subject = Subject::of(cx);
         // The saved provider that provider selection named (`virtual_key` is its slug).
-        if let Some(b) = subject
+        if let Some((b, tag)) = subject
             .virtual_key
             .and_then(|s| self.provider_budget(s, principal))
         {
-            out.push(self.applied_budget(&b, principal, now));
+            out.push(self.applied_budget(&b, principal, &tag, now));
         }
         let policies = self.access.usage_limit_policies();
         if !policies.is_empty() {
@@ -405,8 +407,11 @@ impl UsageLimitPlugin {
                     label.push_str(&format!(" for {vk}"));
                 }
                 out.push(self.applied(
-                    format!("policy:{}", policy.id),
-                    vk,
+                    CounterName {
+                        tag: org_tag(Some(&policy.organisation_id)),
+                        budget_id: format!("policy:{}", policy.id),
+                        value_key: vk,
+                    },
                     &policy.limit,
                     counted,
                     now,
@@ -436,19 +441,31 @@ impl UsageLimitPlugin {
 
     /// The own budget of the saved provider `slug`, when the provider store knows it and it
     /// has one.
-    fn provider_budget(&self, slug: &str, who: Option<&Principal>) -> Option<Budget> {
+    /// With the tag of its counter: its owner's organisation ([`org_tag`]), as every caller
+    /// of the provider counts on it.
+    fn provider_budget(&self, slug: &str, who: Option<&Principal>) -> Option<(Budget, String)> {
         let record = self.providers.provider_for(slug, who)?;
         let limit = record.usage_limits.clone()?;
-        Some(Budget {
-            id: format!("provider:{slug}"),
-            limit,
-            counted: record.counted,
-        })
+        let owner = record.owner.as_ref().map(|o| o.organisation_id.as_str());
+        Some((
+            Budget {
+                id: format!("provider:{slug}"),
+                limit,
+                counted: record.counted,
+            },
+            org_tag(owner).to_owned(),
+        ))
     }
 
     /// A budget with a stable id (`api_key:`, `workspace:`, `jwt:`, `provider:`...), owned
     /// (for events) by the caller's organisation and workspace when there is a caller.
-    fn applied_budget(&self, b: &Budget, p: Option<&Principal>, now: SystemTime) -> Applied {
+    fn applied_budget(
+        &self,
+        b: &Budget,
+        p: Option<&Principal>,
+        tag: &str,
+        now: SystemTime,
+    ) -> Applied {
         let (scope, rest) = b.id.split_once(':').unwrap_or(("other", b.id.as_str()));
         // `workspace:<id>:<index>`, `jwt:<subject>:<index>`: the owner without the index.
         let owner_id = match scope {
@@ -472,8 +489,11 @@ impl UsageLimitPlugin {
             _ => ("other", format!("budget {}", b.id).into(), "budget"),
         };
         let mut applied = self.applied(
-            b.id.clone(),
-            String::new(),
+            CounterName {
+                tag,
+                budget_id: b.id.clone(),
+                value_key: String::new(),
+            },
             &b.limit,
             b.counted,
             now,
@@ -494,17 +514,27 @@ impl UsageLimitPlugin {
 
     fn applied(
         &self,
-        budget_id: String,
-        value_key: String,
+        name: CounterName<'_>,
         limit: &UsageLimit,
         counted: CountedUsage,
         now: SystemTime,
         owner: Owner,
     ) -> Applied {
+        let CounterName {
+            tag,
+            budget_id,
+            value_key,
+        } = name;
         let period = limit.period_at(now);
+        // In a Redis Cluster a request's budgets share its organisation's slot.
         let key = format!(
-            "{}{{{}}}:{}:{}:{}",
-            self.key_prefix, budget_id, period, counted.reset_epoch, value_key
+            "{}{}{}:{}:{}:{}",
+            self.key_prefix,
+            hash_tag(tag),
+            budget_id,
+            period,
+            counted.reset_epoch,
+            value_key
         );
         Applied {
             seed: counted.in_period(period),
@@ -623,6 +653,14 @@ impl UsageLimitPlugin {
     }
 }
 
+/// Which counter a budget is: the tag of the organisation that owns it ([`org_tag`], its
+/// counter's hash tag), the budget's id and the `group_by` value key (empty for none).
+struct CounterName<'a> {
+    tag: &'a str,
+    budget_id: String,
+    value_key: String,
+}
+
 /// Who a budget belongs to: for the 412 message, the metric's scope and audit events.
 #[derive(Debug)]
 struct Owner {
@@ -645,7 +683,7 @@ struct Applied {
     alert_threshold: Option<f64>,
     period: i64,
     reset_epoch: i64,
-    /// The counter: `<prefix>{<budget id>}:<period>:<epoch>:<value key>`.
+    /// The counter: `<prefix>{<organisation>}<budget id>:<period>:<epoch>:<value key>`.
     key: String,
     seed: f64,
     ttl: Option<Duration>,
@@ -891,14 +929,45 @@ async fn settle_batch(shared: Arc<Shared>, key_prefix: String, jobs: Vec<SettleJ
             }
         }
     }
-    let token = format!("{key_prefix}settled:{}", uuid::Uuid::new_v4());
-    let mut result = shared.ledger.settle(&token, &summed).await;
-    for wait in SETTLE_RETRIES {
-        if result.is_ok() {
-            break;
+    // One call for the batch; in a Redis Cluster one per hash tag (the keys of one call must
+    // share a slot), each with a token of that tag.
+    let cluster = shared.ledger.redis().is_some_and(|r| r.conn().is_cluster());
+    let mut groups: Vec<(&str, Vec<usize>)> = Vec::new();
+    for (i, s) in summed.iter().enumerate() {
+        let tag = if cluster { tag_of(&s.key) } else { "" };
+        match groups.iter_mut().find(|(t, _)| *t == tag) {
+            Some((_, members)) => members.push(i),
+            None => groups.push((tag, vec![i])),
         }
-        tokio::time::sleep(wait).await;
-        result = shared.ledger.settle(&token, &summed).await;
+    }
+    let mut result: Result<Vec<f64>, String> = Ok(vec![0.0; summed.len()]);
+    for (tag, members) in &groups {
+        let token = match *tag {
+            "" => format!("{key_prefix}settled:{}", uuid::Uuid::new_v4()),
+            tag => format!(
+                "{key_prefix}{}settled:{}",
+                hash_tag(tag),
+                uuid::Uuid::new_v4()
+            ),
+        };
+        let items: Vec<Settle> = members.iter().map(|&i| summed[i].clone()).collect();
+        let mut settled = shared.ledger.settle(&token, &items).await;
+        for wait in SETTLE_RETRIES {
+            if settled.is_ok() {
+                break;
+            }
+            tokio::time::sleep(wait).await;
+            settled = shared.ledger.settle(&token, &items).await;
+        }
+        match (settled, &mut result) {
+            (Ok(used), Ok(all)) => {
+                for (&i, u) in members.iter().zip(used) {
+                    all[i] = u;
+                }
+            }
+            (Err(e), _) => result = Err(e),
+            (Ok(_), Err(_)) => {}
+        }
     }
     let used = match result {
         Ok(used) => Some(used),
@@ -1001,11 +1070,16 @@ impl Plugin for UsageLimitPlugin {
         let Some(slug) = target.slug.as_deref() else {
             return Ok(Flow::Continue);
         };
-        let Some(budget) = self.provider_budget(slug, cx.extensions.get::<Principal>()) else {
+        let Some((budget, tag)) = self.provider_budget(slug, cx.extensions.get::<Principal>())
+        else {
             return Ok(Flow::Continue);
         };
-        let applied =
-            self.applied_budget(&budget, cx.extensions.get::<Principal>(), (self.clock)());
+        let applied = self.applied_budget(
+            &budget,
+            cx.extensions.get::<Principal>(),
+            &tag,
+            (self.clock)(),
+        );
         // Held once per request: provider selection named this provider, or an earlier
         // attempt (a retry) went through it.
         if cx

@@ -7,8 +7,10 @@
 //! overspend; settling is another script ([`SETTLE`]), which the plugin runs in the
 //! background for many settlements at once. Each write refreshes the counter's expiry (`ttl`).
 //!
-//! The scripts touch several keys, so the counters of one request must live on one server:
-//! a single Redis (or a primary with replicas/Sentinel), not Redis Cluster.
+//! The scripts touch several keys, so the counters of one call must live on one node: a
+//! counter's key carries its organisation's hash tag (`<prefix>{org-id}<budget id>:...`), so
+//! a request's budgets share a slot, and in a Redis Cluster the plugin settles a batch one
+//! call per tag.
 
 use std::time::Duration;
 

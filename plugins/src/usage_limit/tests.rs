@@ -1125,6 +1125,31 @@ async fn two_instances_share_a_budget_in_redis() {
     let Some((url, mut conn)) = test_redis().await else {
         return;
     };
+    let prefix = two_instances_share_a_budget(url.clone()).await;
+    let keys: Vec<String> = ::redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert!(!keys.is_empty());
+    let _: () = ::redis::cmd("DEL")
+        .arg(keys)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+}
+
+/// The same through a Redis Cluster of three primaries (settlements grouped by slot).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_share_a_budget_in_a_redis_cluster() {
+    let Some(cluster) = crate::limits::redis::test_cluster() else {
+        return;
+    };
+    two_instances_share_a_budget(cluster.url.clone()).await;
+}
+
+/// Runs the budget exactness checks through `url`; returns the counters' key prefix.
+async fn two_instances_share_a_budget(url: String) -> String {
     let prefix = format!("gw:test:{}:", uuid::Uuid::new_v4());
     let config = json!({"backend": "redis", "key_prefix": prefix, "on_backend_error": "refuse"});
     let a = Arc::new(env_with(config.clone(), Some(url.clone())));
@@ -1178,17 +1203,7 @@ async fn two_instances_share_a_budget_in_redis() {
         }
     }
     assert_eq!(granted, 4);
-    let keys: Vec<String> = ::redis::cmd("KEYS")
-        .arg(format!("{prefix}*"))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert!(!keys.is_empty());
-    let _: () = ::redis::cmd("DEL")
-        .arg(keys)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    prefix
 }
 
 /// Settlements that Redis takes long to apply still never let spend pass the limit: each
@@ -1246,7 +1261,7 @@ async fn a_slow_settlement_never_lets_spend_pass_the_limit() {
     assert_eq!(admitted, 25);
     // The settlements are held back: the counter shows the reservations, and no spend.
     let keys: Vec<String> = ::redis::cmd("KEYS")
-        .arg(format!("{prefix}{{{budget_id}}}:*"))
+        .arg(format!("{prefix}*{budget_id}:*"))
         .query_async(&mut conn)
         .await
         .unwrap();
@@ -1279,4 +1294,69 @@ async fn a_slow_settlement_never_lets_spend_pass_the_limit() {
         .query_async(&mut conn)
         .await
         .unwrap();
+}
+
+/// Organisations spread over a Redis Cluster's slots: each request is admitted in its
+/// organisation's slot, and a batch of settlements from several organisations is written one
+/// script call per slot; every organisation's budget holds exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn budgets_of_many_organisations_hold_exactly_in_a_redis_cluster() {
+    let Some(cluster) = crate::limits::redis::test_cluster() else {
+        return;
+    };
+    let prefix = format!("gw:test:{}:", uuid::Uuid::new_v4());
+    let config = json!({"backend": "redis", "key_prefix": prefix, "on_backend_error": "refuse"});
+    let a = Arc::new(env_with(config.clone(), Some(cluster.url.clone())));
+    let b = Arc::new(env_with(config, Some(cluster.url.clone())));
+    let orgs: Vec<String> = (0..6)
+        .map(|i| format!("org-{i}-{}", uuid::Uuid::new_v4()))
+        .collect();
+    let caller = |org: &str| {
+        let mut p = principal(vec![budget(
+            &format!("api_key:{org}"),
+            limit(UsageKind::Requests, 3.0),
+        )]);
+        p.organisation_id = Some(org.to_owned());
+        p
+    };
+    // Ten requests per organisation at once, half on each instance; each admitted one is
+    // answered at once, so settlements of every organisation share the batches.
+    let mut tasks = Vec::new();
+    for (i, org) in orgs.iter().cycle().take(60).enumerate() {
+        let e = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let p = caller(org);
+        tasks.push(tokio::spawn(async move {
+            let mut cx = chat(Some(p), 10);
+            match admit(&e.plugin, &mut cx).await {
+                Ok(_) => {
+                    finish(&e.plugin, &mut cx, 200, Some((2, 10))).await;
+                    true
+                }
+                Err(err) => {
+                    assert_eq!(err.status(), StatusCode::PRECONDITION_FAILED, "{err}");
+                    false
+                }
+            }
+        }));
+    }
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += usize::from(t.await.unwrap());
+    }
+    assert_eq!(admitted, 3 * orgs.len());
+    for org in &orgs {
+        let id = format!("api_key:{org}");
+        eventually("every settlement", || {
+            a.sink.charged(&id) + b.sink.charged(&id) == 3.0
+        })
+        .await;
+        // Settled and full: the next request of the organisation is refused.
+        let err = refused(&a.plugin, &mut chat(Some(caller(org)), 10)).await;
+        assert_eq!(err.status(), StatusCode::PRECONDITION_FAILED);
+    }
+    assert_eq!(
+        metric(&a.registry, "gw_usage_limit_backend_errors_total", "settle")
+            + metric(&b.registry, "gw_usage_limit_backend_errors_total", "settle"),
+        0
+    );
 }
