@@ -1119,6 +1119,23 @@ async fn test_redis() -> Option<(String, ::redis::aio::MultiplexedConnection)> {
     Some((url, conn))
 }
 
+/// Deletes the test's keys (those under `prefix`); returns how many there were.
+async fn delete_keys(conn: &mut ::redis::aio::MultiplexedConnection, prefix: &str) -> usize {
+    let keys: Vec<String> = ::redis::cmd("KEYS")
+        .arg(format!("{prefix}*"))
+        .query_async(conn)
+        .await
+        .unwrap();
+    if !keys.is_empty() {
+        let _: () = ::redis::cmd("DEL")
+            .arg(&keys)
+            .query_async(conn)
+            .await
+            .unwrap();
+    }
+    keys.len()
+}
+
 /// Two plugins over one Redis stand for two gateway instances.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_share_a_budget_in_redis() {
@@ -1126,17 +1143,7 @@ async fn two_instances_share_a_budget_in_redis() {
         return;
     };
     let prefix = two_instances_share_a_budget(url.clone()).await;
-    let keys: Vec<String> = ::redis::cmd("KEYS")
-        .arg(format!("{prefix}*"))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    assert!(!keys.is_empty());
-    let _: () = ::redis::cmd("DEL")
-        .arg(keys)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    assert!(delete_keys(&mut conn, &prefix).await > 0);
 }
 
 /// The same through a Redis Cluster of three primaries (settlements grouped by slot).
@@ -1206,6 +1213,22 @@ async fn two_instances_share_a_budget(url: String) -> String {
     prefix
 }
 
+/// A request of 12 estimated tokens by `p`: when admitted, answered at once spending its
+/// estimate (true); else a 412 (false).
+async fn spend_or_412(plugin: &UsageLimitPlugin, p: Principal) -> bool {
+    let mut cx = chat(Some(p), 10);
+    match admit(plugin, &mut cx).await {
+        Ok(_) => {
+            finish(plugin, &mut cx, 200, Some((2, 10))).await;
+            true
+        }
+        Err(err) => {
+            assert_eq!(err.status(), StatusCode::PRECONDITION_FAILED, "{err}");
+            false
+        }
+    }
+}
+
 /// Settlements that Redis takes long to apply still never let spend pass the limit: each
 /// request's reservation keeps counting until its settlement lands, so the requests sent
 /// meanwhile are refused, not admitted against spend that is not written yet.
@@ -1234,19 +1257,7 @@ async fn a_slow_settlement_never_lets_spend_pass_the_limit() {
         let tasks: Vec<_> = (0..n)
             .map(|_| {
                 let (e, p) = (e.clone(), p.clone());
-                tokio::spawn(async move {
-                    let mut cx = chat(Some(p), 10);
-                    match admit(&e.plugin, &mut cx).await {
-                        Ok(_) => {
-                            finish(&e.plugin, &mut cx, 200, Some((2, 10))).await;
-                            true
-                        }
-                        Err(err) => {
-                            assert_eq!(err.status(), StatusCode::PRECONDITION_FAILED, "{err}");
-                            false
-                        }
-                    }
-                })
+                tokio::spawn(async move { spend_or_412(&e.plugin, p).await })
             })
             .collect::<Vec<_>>();
         async move {
@@ -1284,16 +1295,7 @@ async fn a_slow_settlement_never_lets_spend_pass_the_limit() {
     assert!(admitted * 12 <= 300 + 12, "{admitted} admitted");
     assert_eq!(admitted, 25);
     eventually("every settlement", || e.sink.charged(&budget_id) == 300.0).await;
-    let keys: Vec<String> = ::redis::cmd("KEYS")
-        .arg(format!("{prefix}*"))
-        .query_async(&mut conn)
-        .await
-        .unwrap();
-    let _: () = ::redis::cmd("DEL")
-        .arg(keys)
-        .query_async(&mut conn)
-        .await
-        .unwrap();
+    delete_keys(&mut conn, &prefix).await;
 }
 
 /// Organisations spread over a Redis Cluster's slots: each request is admitted in its
@@ -1325,19 +1327,9 @@ async fn budgets_of_many_organisations_hold_exactly_in_a_redis_cluster() {
     for (i, org) in orgs.iter().cycle().take(60).enumerate() {
         let e = if i % 2 == 0 { a.clone() } else { b.clone() };
         let p = caller(org);
-        tasks.push(tokio::spawn(async move {
-            let mut cx = chat(Some(p), 10);
-            match admit(&e.plugin, &mut cx).await {
-                Ok(_) => {
-                    finish(&e.plugin, &mut cx, 200, Some((2, 10))).await;
-                    true
-                }
-                Err(err) => {
-                    assert_eq!(err.status(), StatusCode::PRECONDITION_FAILED, "{err}");
-                    false
-                }
-            }
-        }));
+        tasks.push(tokio::spawn(
+            async move { spend_or_412(&e.plugin, p).await },
+        ));
     }
     let mut admitted = 0;
     for t in tasks {
