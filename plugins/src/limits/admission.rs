@@ -225,7 +225,7 @@ impl Admission {
         conn: &RedisConn,
         rate: Option<&RateCall>,
         budget: Option<&BudgetCall>,
-        extra: Option<&redis::Cmd>,
+        extra: Option<redis::Cmd>,
     ) -> (
         Result<(Vec<i64>, Vec<String>), String>,
         Option<Result<Value, String>>,
@@ -248,19 +248,20 @@ impl Admission {
             args.extend(b.args.iter().map(String::as_str));
         }
         let script = admit_script();
+        let with_extra = extra.is_some();
         let mut commands = vec![script.call(&keys, &args)];
-        commands.extend(extra.cloned());
-        let mut replies = match conn.pipeline(&commands, &[script]).await {
-            Ok(replies) if replies.len() == commands.len() => replies.into_iter(),
+        commands.extend(extra);
+        let sent = commands.len();
+        let failed = |e: String| (Err(e.clone()), with_extra.then_some(Err(e)));
+        let mut replies = match conn.pipeline(commands, &[script]).await {
+            Ok(replies) if replies.len() == sent => replies.into_iter(),
             Ok(replies) => {
-                let e = format!(
-                    "Redis answered {} replies to {} commands",
-                    replies.len(),
-                    commands.len()
-                );
-                return (Err(e.clone()), extra.map(|_| Err(e)));
+                return failed(format!(
+                    "Redis answered {} replies to {sent} commands",
+                    replies.len()
+                ))
             }
-            Err(e) => return (Err(e.clone()), extra.map(|_| Err(e))),
+            Err(e) => return failed(e),
         };
         let admitted = match replies.next() {
             Some(reply) => match reply_error(&reply) {
@@ -270,7 +271,7 @@ impl Admission {
             },
             None => Err("no reply from the admission script".to_owned()),
         };
-        let extra = extra.map(|_| match replies.next() {
+        let extra = with_extra.then(|| match replies.next() {
             Some(reply) => match reply_error(&reply) {
                 Some(e) => Err(e),
                 None => Ok(reply),
@@ -290,11 +291,15 @@ impl Deferred for Admission {
             budget,
             extra,
         } = *self;
+        let (extra_command, extra_conclude) = match extra {
+            Some((command, conclude)) => (Some(command), Some(conclude)),
+            None => (None, None),
+        };
         let (reply, extra_reply) = Admission::send(
             &conn,
             rate.as_ref().map(|(call, _)| call),
             budget.as_ref().map(|(call, _)| call),
-            extra.as_ref().map(|(command, _)| command),
+            extra_command,
         )
         .await;
         let (rate_reply, budget_reply) = match reply {
@@ -307,7 +312,7 @@ impl Deferred for Admission {
         if let Some((_, conclude)) = budget {
             conclude(cx, budget_reply)?;
         }
-        if let (Some((_, conclude)), Some(reply)) = (extra, extra_reply) {
+        if let (Some(conclude), Some(reply)) = (extra_conclude, extra_reply) {
             conclude(cx, reply);
         }
         Ok(())

@@ -355,25 +355,21 @@ impl RedisConn {
     /// is loaded, and the commands sent once more (only the script calls failed, none ran).
     pub async fn pipeline(
         &self,
-        commands: &[Cmd],
+        commands: Vec<Cmd>,
         scripts: &[&LuaScript],
     ) -> Result<Vec<Value>, String> {
-        let send = || {
-            let mut pipe = redis::pipe();
-            pipe.ignore_errors();
-            for c in commands {
-                pipe.add_command(c.clone());
-            }
-            pipe
-        };
-        let pipe = send();
+        let mut pipe = redis::pipe();
+        pipe.ignore_errors();
+        for c in commands {
+            pipe.add_command(c);
+        }
+        let pipe = &pipe;
         let replies: Vec<Value> = self
             .run(|mut c| async move { pipe.query_async(&mut c).await })
             .await?;
         if !replies.iter().any(is_noscript) {
             return Ok(replies);
         }
-        let pipe = send();
         self.run(|mut c| async move {
             // One command each, not a pipeline: a cluster sends `SCRIPT LOAD` to every primary.
             for s in scripts {

@@ -158,12 +158,18 @@ impl RedisCounters {
         if amount == 0 {
             return true;
         }
+        self.charges
+            .send(self.token_charge(id, window_secs, amount, now_ms))
+    }
+
+    /// The charge of `amount` tokens to counter `id`'s window at `now_ms`.
+    fn token_charge(&self, id: &str, window_secs: u64, amount: u64, now_ms: u64) -> TokenCharge {
         let length = window_secs.saturating_mul(1000).max(1);
-        self.charges.send(TokenCharge {
+        TokenCharge {
             key: self.key(id, window::index(now_ms, length)),
             amount: i64::try_from(amount).unwrap_or(i64::MAX),
             expire_ms: 2 * length,
-        })
+        }
     }
 }
 
@@ -196,7 +202,7 @@ async fn send_pipeline(conn: &RedisConn, batch: &[&TokenCharge]) -> Result<(), S
         commands.push(incr);
         commands.push(expire);
     }
-    let replies = conn.pipeline(&commands, &[]).await?;
+    let replies = conn.pipeline(commands, &[]).await?;
     match replies.iter().find_map(reply_error) {
         Some(e) => Err(e),
         None => Ok(()),
@@ -238,12 +244,7 @@ impl Counters for RedisCounters {
         if amount == 0 {
             return Ok(());
         }
-        let length = window_secs.saturating_mul(1000).max(1);
-        let charge = TokenCharge {
-            key: self.key(id, window::index(now_ms, length)),
-            amount: i64::try_from(amount).unwrap_or(i64::MAX),
-            expire_ms: 2 * length,
-        };
+        let charge = self.token_charge(id, window_secs, amount, now_ms);
         send_charges(&self.conn, std::slice::from_ref(&charge))
             .await
             .map_err(CounterError)

@@ -156,7 +156,7 @@ impl Ledger for RedisLedger {
         }
         let mut replies = self
             .conn
-            .pipeline(&[self.settle.call(&keys, &args)], &[&self.settle])
+            .pipeline(vec![self.settle.call(&keys, &args)], &[&self.settle])
             .await
             .map_err(|e| format!("Redis budget settlement failed: {e}"))?;
         let reply = replies.pop().unwrap_or(redis::Value::Nil);
