@@ -234,6 +234,26 @@ async fn two_instances_hold_one_limit_and_one_budget() {
     };
     let first = cached(&a).await.unwrap();
     assert_eq!(first.headers()["x-gw-cache-status"], "MISS");
+    // A writes the answer to Redis off the answer's path: wait until it is written.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let metrics = client
+            .get(format!("{}/metrics", a.url()))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if metrics.lines().any(|l| l == "gw_cache_stores_total 1") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "A never stored the answer"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let calls = mock.request_count();
     let second = cached(&b).await.unwrap();
     assert_eq!(second.headers()["x-gw-cache-status"], "HIT");
