@@ -113,11 +113,6 @@ impl<J: Send + 'static> Batches<J> {
         self.pending.fetch_sub(1, Ordering::SeqCst);
         false
     }
-
-    /// Jobs queued or being written.
-    pub fn pending(&self) -> usize {
-        self.pending.load(Ordering::SeqCst)
-    }
 }
 
 /// Waits until every queue is written, for `within` at most; `false` if some were not.

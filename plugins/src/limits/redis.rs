@@ -223,14 +223,6 @@ impl RedisConn {
         Ok(conn)
     }
 
-    /// The same server with another command timeout.
-    pub fn with_timeout(&self, timeout: Duration) -> RedisConn {
-        RedisConn {
-            server: self.server.clone(),
-            timeout,
-        }
-    }
-
     /// Whether the server is a Redis Cluster: one call's keys must then share a hash tag.
     pub fn is_cluster(&self) -> bool {
         matches!(self.server.client, Client::Cluster(_))
