@@ -52,8 +52,8 @@
 //! queues the settlement, and a background task settles what is queued in one script call per
 //! batch ([`crate::limits::batches`]), retried after 100 ms, 1 s and 5 s. Until its settlement
 //! lands, a request's reservation keeps counting, so the requests sent meanwhile cannot
-//! overspend (they may be refused early); in normal operation that is within two Redis round
-//! trips of the answer, and at most about 10 s (the retries and their timeouts) before a
+//! overspend (they may be refused early); in normal operation that is within 2 ms (a batch
+//! gathering) and two Redis round trips of the answer, and at most about 10 s (the retries and their timeouts) before a
 //! settlement is given up (`gw_usage_limit_backend_errors_total{op="settle"}`) and its
 //! reservation stays held until the counter expires. A full queue (`queue_capacity`) drops the
 //! settlement the same way (`gw_usage_limit_dropped_total{what="settlement"}`). When the
