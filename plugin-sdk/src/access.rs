@@ -286,6 +286,31 @@ pub struct Condition {
     pub excludes: Option<Vec<String>>,
 }
 
+/// The value key of one entity (counter) of a policy: its `group_by` keys with the request's
+/// values, `key:value`, joined by `|` in the policy's `group_by` order
+/// (`metadata._user:alice`, `api_key:<id>|model:gpt-4o`). A request without a value for a key
+/// has the empty value there (`metadata._user:`), so all such requests share one counter. In a
+/// value, `\` and `|` are escaped with a `\`, so that two different value tuples of one policy
+/// never share a key. The data plane names the counters it charges with this, and the control
+/// plane the entities it lists.
+pub fn value_key<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
+    let mut out = String::new();
+    for (i, (key, value)) in pairs.into_iter().enumerate() {
+        if i > 0 {
+            out.push('|');
+        }
+        out.push_str(key);
+        out.push(':');
+        for c in value.chars() {
+            if matches!(c, '\\' | '|') {
+                out.push('\\');
+            }
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// A rate limits policy in force (status `active`).
 #[derive(Debug, Clone)]
 pub struct RateLimitPolicy {

@@ -35,16 +35,7 @@ pub struct GroupBy {
     pub key: String,
 }
 
-/// The value key of one entity of a policy: its `group_by` keys with the request's values,
-/// `key:value`, joined by `|` in the policy's `group_by` order (`metadata._user:alice`,
-/// `api_key:<id>|model:gpt-4o`). The data plane names the entities it charges with this.
-pub fn value_key<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> String {
-    pairs
-        .into_iter()
-        .map(|(k, v)| format!("{k}:{v}"))
-        .collect::<Vec<_>>()
-        .join("|")
-}
+pub use plugin_sdk::access::value_key;
 
 /// A whole number as a JSON integer, anything else as a float: a limit of 100 reads back as
 /// `100`, one of 12.5 as `12.5`.

@@ -79,12 +79,13 @@ pub struct JwtConfig {
     /// provider). Default: 30.
     #[serde(default = "default_min_refresh_secs")]
     pub min_refresh_secs: u64,
-    /// The accepted `iss` (one string or a list); when set, tokens must carry it.
-    /// Default: not checked.
+    /// The accepted `iss` (one string or a list); when set, tokens must carry it. `issuer`,
+    /// `audience` or both must be set: without either, a token the identity provider minted
+    /// for any other application would be taken.
     #[serde(default, deserialize_with = "one_or_many")]
     pub issuer: Option<Vec<String>>,
     /// The accepted `aud` (one string or a list); when set, tokens must carry one of them.
-    /// Default: not checked.
+    /// See `issuer`: one of the two is required.
     #[serde(default, deserialize_with = "one_or_many")]
     pub audience: Option<Vec<String>>,
     /// Accepted signature algorithms. Default: `[RS256, ES256]`.
@@ -96,6 +97,10 @@ pub struct JwtConfig {
     /// Which claims say what. Default: see [`ClaimsConfig`].
     #[serde(default)]
     pub claims: ClaimsConfig,
+    /// The scopes of a token that carries no scopes claim (one or a list), e.g.
+    /// `completions.write`. Default: none, so such a token has no rights (403).
+    #[serde(default, deserialize_with = "one_or_many_or_none")]
+    pub default_scopes: Vec<String>,
 }
 
 fn default_refresh_secs() -> u64 {
@@ -197,6 +202,10 @@ fn one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D
     Ok(value.map(Vec::from))
 }
 
+fn one_or_many_or_none<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    Ok(one_or_many(d)?.unwrap_or_default())
+}
+
 fn one_or_many_required<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
     OneOrMany::deserialize(d)
         .map(Vec::from)
@@ -271,6 +280,19 @@ pub fn validate(config: &AuthConfig) -> Vec<ConfigIssue> {
             }
             None => {}
         }
+    }
+    if jwt.issuer.is_none() && jwt.audience.is_none() {
+        issues.push(ConfigIssue::new(
+            "jwt.audience",
+            "give audience or issuer (or both): without them, a token the identity provider \
+             issued for any other application would be accepted",
+        ));
+    }
+    if jwt.default_scopes.iter().any(|s| s.trim().is_empty()) {
+        issues.push(ConfigIssue::new(
+            "jwt.default_scopes",
+            "must not hold an empty scope",
+        ));
     }
     let c = &jwt.claims;
     for (field, name) in [

@@ -203,6 +203,7 @@ pub struct JwtAuth {
     /// algorithms of another family than the key's.
     validations: Vec<(Algorithm, Validation)>,
     claims: ClaimsConfig,
+    default_scopes: Vec<String>,
     keys: Keys,
     source: Source,
     early: Option<EarlyRefresh>,
@@ -246,8 +247,8 @@ impl JwtAuth {
                 validation.set_audience(aud);
                 required.push("aud");
             }
-            // Checked only when configured: identity providers put an `aud` in most tokens,
-            // and jsonwebtoken would refuse every one of them without an expected value.
+            // Then the issuer is (the config requires one of the two); jsonwebtoken would
+            // refuse every token carrying an `aud` without an expected value.
             None => validation.validate_aud = false,
         }
         validation.set_required_spec_claims(&required);
@@ -309,6 +310,7 @@ impl JwtAuth {
         Ok(JwtAuth {
             validations,
             claims: config.claims.clone(),
+            default_scopes: config.default_scopes.clone(),
             keys,
             source,
             early,
@@ -463,7 +465,7 @@ impl JwtAuth {
 
     /// Reads the identity and limits from verified claims.
     pub fn identity(&self, claims: &Map<String, Value>) -> Result<Identity, Failure> {
-        identity(claims, &self.claims)
+        identity(claims, &self.claims, &self.default_scopes)
     }
 }
 
@@ -544,13 +546,18 @@ fn string_claim(claims: &Map<String, Value>, name: &str) -> Result<Option<String
     }
 }
 
-/// Maps claims to an [`Identity`] by the configured claim names.
-pub fn identity(claims: &Map<String, Value>, names: &ClaimsConfig) -> Result<Identity, Failure> {
+/// Maps claims to an [`Identity`] by the configured claim names; a token without any scopes
+/// claim gets `default_scopes` (none unless configured).
+pub fn identity(
+    claims: &Map<String, Value>,
+    names: &ClaimsConfig,
+    default_scopes: &[String],
+) -> Result<Identity, Failure> {
     let bad = |claim: &str, problem: String| Failure::BadClaim {
         claim: claim.to_owned(),
         problem,
     };
-    let mut scopes = Vec::new();
+    let mut scopes = default_scopes.to_vec();
     for name in &names.scopes {
         match claims.get(name) {
             None | Some(Value::Null) => continue,

@@ -12,14 +12,17 @@
 //! shape: three base64url segments) or, when that header is absent, in
 //! `Authorization: Bearer <JWT>` — which is then removed from the request's headers so that
 //! provider selection does not take it for the provider's key. The token is verified against
-//! the JWKS (see [`jwt`] and [`jwks`]); its claims give the workspace, organisation, user,
-//! scopes and optional limits. Every refused token is a 401 with the reason and an
+//! the JWKS (see [`jwt`] and [`jwks`]) and its `iss` or `aud` (the config must name one);
+//! its claims give the workspace, organisation, user, scopes (a token without a scopes claim
+//! has `default_scopes`, none by default, so it is a 403) and optional limits. Every refused token is a 401 with the reason and an
 //! `auth.jwt_rejected` audit event, written by a background task (a full queue drops events
 //! and counts them; the request never waits for the database).
 //!
 //! **What it attaches**: a [`Principal`] in the request's extensions (workspace, key id, user,
 //! scopes, rate limits and budgets with their counter ids); the key's then the workspace's
-//! default metadata merged into `cx.gw.metadata` (the request's own values win); their default
+//! default metadata merged into `cx.gw.metadata` (over the request's own values: limits are
+//! keyed on metadata, so what the credential sets the caller cannot change; a JWT's user is
+//! its `_user`); their default
 //! `config_id` as `cx.gw.config` when the request chose no provider itself (a request that
 //! does while the default says `allow_config_override: false` is a 403. The workspace's default
 //! guardrails are the `guardrails` plugin's to run: it reads them through the principal.
@@ -141,11 +144,12 @@ impl PluginFactory for AuthFactory {
   # jwt:                    # JWTs beside API keys (in x-gw-api-key or Authorization: Bearer)
   #   jwks_url: https://idp.example.com/.well-known/jwks.json   # or jwks_file: ./jwks.json
   #   refresh_secs: 300
-  #   issuer: https://idp.example.com/
+  #   issuer: https://idp.example.com/   # issuer, audience or both are required
   #   audience: ai-gateway
   #   algorithms: [RS256, ES256]
   #   leeway_secs: 30
-  #   claims: {workspace_id: workspace_id, user: sub, scopes: [scope, scopes]}";
+  #   claims: {workspace_id: workspace_id, user: sub, scopes: [scope, scopes]}
+  #   default_scopes: []      # of a token without a scopes claim: none (403) unless listed";
     type Config = AuthConfig;
 
     fn validate(config: &Self::Config) -> Vec<ConfigIssue> {
@@ -310,7 +314,8 @@ impl Auth {
             Err((failure, kid)) => return Err(self.refuse_jwt(jwt, cx, failure, kid)),
         };
         let identity = &*checked.identity;
-        if !api_key::grants(&identity.scopes, true, api_key::GATEWAY_SCOPE) {
+        // A token's rights are its scopes (or `default_scopes`): none means none.
+        if !api_key::grants(&identity.scopes, false, api_key::GATEWAY_SCOPE) {
             let failure = Failure::MissingScope(api_key::GATEWAY_SCOPE.to_owned());
             return Err(self.refuse_jwt(jwt, cx, failure, checked.kid.clone()));
         }
@@ -353,6 +358,11 @@ impl Auth {
             add_workspace_limits(ws, &mut rate_limits, &mut budgets);
         }
         apply_defaults(cx, None, workspace.as_deref())?;
+        // The token names its user: policies grouped by `metadata._user` count it, whatever
+        // the request's metadata says.
+        if let Some(user) = &identity.user {
+            cx.gw.metadata.insert("_user".to_owned(), user.clone());
+        }
         cx.extensions.insert(Principal {
             method: AuthMethod::Jwt,
             organisation_id: identity
@@ -496,8 +506,9 @@ fn add_workspace_limits(
     }));
 }
 
-/// Applies the key's then the workspace's defaults: metadata (the request's own values win,
-/// then the key's), and the default config when the request chose no provider itself.
+/// Applies the key's then the workspace's defaults: metadata (the key's values win over the
+/// workspace's, both over the request's: limits are keyed on them, so a caller must not choose
+/// them), and the default config when the request chose no provider itself.
 fn apply_defaults(
     cx: &mut RequestCx,
     key: Option<&Defaults>,
@@ -507,9 +518,9 @@ fn apply_defaults(
         .into_iter()
         .chain(workspace.map(|w| &w.defaults))
         .collect();
-    for d in &layers {
+    for d in layers.iter().rev() {
         for (k, v) in &d.metadata {
-            cx.gw.metadata.entry(k.clone()).or_insert_with(|| v.clone());
+            cx.gw.metadata.insert(k.clone(), v.clone());
         }
     }
     let Some(config_id) = layers.iter().find_map(|d| d.config_id.as_deref()) else {

@@ -482,17 +482,25 @@ async fn defaults_merge_metadata_and_set_the_config_when_the_request_chose_none(
 
     let mut cx = chat(&[
         ("x-gw-api-key", "sk-1"),
-        ("x-gw-metadata", r#"{"_user":"alice"}"#),
+        (
+            "x-gw-metadata",
+            r#"{"_user":"alice","env":"dev","trace":"t1"}"#,
+        ),
     ]);
     run(&plugin, &mut cx).await.unwrap();
     let m = &cx.gw.metadata;
-    assert_eq!(m["_user"], "alice", "the request's value wins");
+    // Limits are keyed on metadata: what the credential sets, the caller cannot change.
+    assert_eq!(
+        m["_user"], "key-user",
+        "the key's value beats the request's"
+    );
     assert_eq!(
         m["team"], "key-team",
         "the key's value beats the workspace's"
     );
-    assert_eq!(m["env"], "ws-env");
+    assert_eq!(m["env"], "ws-env", "the workspace's beats the request's");
     assert_eq!(m["region"], "eu");
+    assert_eq!(m["trace"], "t1", "what no default sets is the request's");
     assert_eq!(cx.gw.config.as_deref(), Some("pc-key"));
 
     // The workspace's config when the key has none.
@@ -744,8 +752,13 @@ async fn a_valid_jwt_in_either_header_attaches_its_claims() {
             "usage_limits": {"credit_limit": 2.5, "type": "cost"},
         })),
     );
-    let mut cx = chat(&[("x-gw-api-key", rs.as_str())]);
+    let mut cx = chat(&[
+        ("x-gw-api-key", rs.as_str()),
+        ("x-gw-metadata", r#"{"_user":"mallory"}"#),
+    ]);
     run(&plugin, &mut cx).await.unwrap();
+    // The token's user is the request's `_user`, whatever the request says.
+    assert_eq!(cx.gw.metadata["_user"], "user-1");
     let p = principal(&cx);
     assert_eq!(p.method, AuthMethod::Jwt);
     assert_eq!(p.workspace_id.as_deref(), Some(WS));
@@ -924,20 +937,25 @@ async fn algorithms_leeway_and_unchecked_audience_follow_the_config() {
     let file = file_with_a_keys();
     let plugin = f.plugin(json!({"jwt": {
         "jwks_file": file.0,
+        "issuer": "https://idp.test/",
         "algorithms": ["ES256"],
         "leeway_secs": 120,
     }}));
     // RS256 is not accepted here.
     let message = jwt_refused(&plugin, &token(RSA_A, Some("rsa-a"), claims(json!({})))).await;
     assert!(message.contains("RS256"), "{message}");
-    // Within the leeway, an expired token still passes; no issuer or audience is checked.
+    // Within the leeway, an expired token still passes; the audience is not checked.
     let t = token(
         EC_A,
         Some("ec-a"),
-        claims(json!({"exp": now() - 60, "aud": "anyone", "iss": "anywhere"})),
+        claims(json!({"exp": now() - 60, "aud": "anyone"})),
     );
     let mut cx = chat(&[("x-gw-api-key", t.as_str())]);
     run(&plugin, &mut cx).await.unwrap();
+    // The issuer is.
+    let t = token(EC_A, Some("ec-a"), claims(json!({"iss": "anywhere"})));
+    let message = jwt_refused(&plugin, &t).await;
+    assert!(message.contains("issuer"), "{message}");
     // A token without a kid is tried against every key that fits its algorithm.
     let t = token(EC_A, None, claims(json!({})));
     let mut cx = chat(&[("x-gw-api-key", t.as_str())]);
@@ -969,10 +987,18 @@ async fn jwt_scopes_claims_and_workspaces_are_checked() {
     let e = refused(&plugin, &mut cx).await;
     assert_eq!(e.status().as_u16(), 403);
     assert!(e.message.contains("completions.write"), "{}", e.message);
-    // No scopes at all: the default rights.
+    // No scopes claim at all: no rights...
     let t = token(RSA_A, Some("rsa-a"), claims(json!({"scope": null})));
     let mut cx = chat(&[("x-gw-api-key", t.as_str())]);
-    run(&plugin, &mut cx).await.unwrap();
+    let e = refused(&plugin, &mut cx).await;
+    assert_eq!(e.status().as_u16(), 403);
+    assert!(e.message.contains("completions.write"), "{}", e.message);
+    // ...unless the config gives such tokens default scopes.
+    let mut config = jwt_config(&file);
+    config["jwt"]["default_scopes"] = json!("completions.write");
+    let with_defaults = Fixture::new().plugin(config);
+    let mut cx = chat(&[("x-gw-api-key", t.as_str())]);
+    run(&with_defaults, &mut cx).await.unwrap();
     // A workspace the snapshot does not know still names the caller.
     let t = token(
         RSA_A,
@@ -1018,7 +1044,7 @@ fn claims_map_by_the_configured_names() {
         "scope": "ignored",
         "budgets": [{"credit_limit": 10, "type": "tokens"}, {"credit_limit": 1}],
     });
-    let id = identity(claims.as_object().unwrap(), &names).unwrap();
+    let id = identity(claims.as_object().unwrap(), &names, &[]).unwrap();
     assert_eq!(id.workspace_id.as_deref(), Some("ws-9"));
     assert_eq!(id.user.as_deref(), Some("ann@example.com"));
     assert_eq!(id.scopes, ["completions.write", "logs.view"]);
@@ -1037,14 +1063,26 @@ fn claims_map_by_the_configured_names() {
         ),
         (json!({"sub": "u", "usage_limits": "lots"}), "usage_limits"),
     ] {
-        match identity(bad.as_object().unwrap(), &defaults) {
+        match identity(bad.as_object().unwrap(), &defaults, &[]) {
             Err(super::jwt::Failure::BadClaim { claim: c, .. }) => assert_eq!(c, claim),
             other => panic!("{bad}: {other:?}"),
         }
     }
     // A numeric subject is taken as its text.
-    let id = identity(json!({"sub": 42}).as_object().unwrap(), &defaults).unwrap();
+    let id = identity(json!({"sub": 42}).as_object().unwrap(), &defaults, &[]).unwrap();
     assert_eq!(id.user.as_deref(), Some("42"));
+    // No scopes claim: the configured default scopes, else none; a claim, even empty, wins.
+    assert!(id.scopes.is_empty());
+    let given = ["completions.write".to_owned()];
+    let id = identity(json!({"sub": "u"}).as_object().unwrap(), &defaults, &given).unwrap();
+    assert_eq!(id.scopes, given);
+    let id = identity(
+        json!({"sub": "u", "scope": ""}).as_object().unwrap(),
+        &defaults,
+        &given,
+    )
+    .unwrap();
+    assert!(id.scopes.is_empty());
 }
 
 #[tokio::test]
@@ -1141,6 +1179,7 @@ async fn a_jwks_url_is_fetched_early_for_an_unknown_kid_at_most_once_per_interva
     let f = Fixture::new();
     let plugin = f.plugin(json!({"jwt": {
         "jwks_url": server.url,
+        "audience": "gateway",
         "refresh_secs": 3600,
         "min_refresh_secs": 3600,
     }}));
@@ -1176,6 +1215,7 @@ async fn a_jwks_url_is_refreshed_in_the_background_and_keeps_the_last_good_set()
     let f = Fixture::new();
     let plugin = f.plugin(json!({"jwt": {
         "jwks_url": server.url,
+        "audience": "gateway",
         "refresh_secs": 1,
         "min_refresh_secs": 3600,
     }}));
@@ -1238,7 +1278,8 @@ fn check(config: Value) -> Vec<(String, String)> {
 fn the_config_is_validated_with_the_field_named() {
     assert!(check(json!({})).is_empty());
     assert!(check(json!({"required": false})).is_empty());
-    assert!(check(json!({"jwt": {"jwks_file": "/etc/jwks.json"}})).is_empty());
+    assert!(check(json!({"jwt": {"jwks_file": "/etc/jwks.json", "audience": "gw"}})).is_empty());
+    assert!(check(json!({"jwt": {"jwks_file": "/etc/jwks.json", "issuer": "i"}})).is_empty());
     assert!(check(json!({"jwt": {
         "jwks_url": "https://idp.example.com/jwks",
         "issuer": ["a", "b"],
@@ -1250,6 +1291,12 @@ fn the_config_is_validated_with_the_field_named() {
     let cases = [
         (json!({"requried": true}), "requried"),
         (json!({"jwt": {}}), "jwt"),
+        // Neither issuer nor audience: any token of the identity provider would do.
+        (json!({"jwt": {"jwks_file": "f"}}), "jwt.audience"),
+        (
+            json!({"jwt": {"jwks_file": "f", "audience": "a", "default_scopes": [""]}}),
+            "jwt.default_scopes",
+        ),
         (
             json!({"jwt": {"jwks_url": "https://x/", "jwks_file": "f"}}),
             "jwt.jwks_file",

@@ -209,24 +209,17 @@ pub fn matches(conditions: &[Condition], s: &Subject) -> bool {
     conditions.iter().all(|c| condition_matches(c, s))
 }
 
-/// `key:value` pairs in group_by order joined by `|` (`metadata._user:alice`,
-/// `api_key:<id>|model:gpt-4o`) — the control plane names entities the same way.
-///
-/// `None` when a group_by key has no value for this request: the policy then does not apply
-/// to it (there is no counter to charge), even if its conditions match. An empty `group_by`
-/// gives the empty key: one counter for every matching request.
-pub fn value_key(group_by: &[String], s: &Subject) -> Option<String> {
-    let mut out = String::new();
-    for (i, key) in group_by.iter().enumerate() {
-        let value = s.get(key)?;
-        if i > 0 {
-            out.push('|');
-        }
-        out.push_str(key);
-        out.push(':');
-        out.push_str(value);
-    }
-    Some(out)
+/// The counter a policy charges this request to: its `group_by` keys with the request's
+/// values ([`plugin_sdk::access::value_key`]). A key the request has no value for counts as
+/// the empty value, so leaving a value out (`metadata._user`) cannot dodge the policy: every
+/// such request shares one counter. An empty `group_by` gives the empty key: one counter for
+/// every matching request.
+pub fn value_key(group_by: &[String], s: &Subject) -> String {
+    plugin_sdk::access::value_key(
+        group_by
+            .iter()
+            .map(|key| (key.as_str(), s.get(key).unwrap_or(""))),
+    )
 }
 
 /// Whether a policy of `workspace_id` governs this request (the request's workspace is the
@@ -431,19 +424,20 @@ mod tests {
         let m = meta(&[("_user", "alice")]);
         let s = subject(&m);
         assert_eq!(
-            value_key(&["metadata._user".into()], &s).as_deref(),
-            Some("metadata._user:alice")
+            value_key(&["metadata._user".into()], &s),
+            "metadata._user:alice"
         );
         assert_eq!(
-            value_key(&["api_key".into(), "model".into()], &s).as_deref(),
-            Some("api_key:key-1|model:gpt-4o")
+            value_key(&["api_key".into(), "model".into()], &s),
+            "api_key:key-1|model:gpt-4o"
         );
         assert_eq!(
-            value_key(&["model".into(), "api_key".into()], &s).as_deref(),
-            Some("model:gpt-4o|api_key:key-1")
+            value_key(&["model".into(), "api_key".into()], &s),
+            "model:gpt-4o|api_key:key-1"
         );
-        assert_eq!(value_key(&["metadata.team".into()], &s), None);
-        assert_eq!(value_key(&[], &s).as_deref(), Some(""));
+        // No value: the empty one, shared by every request without it.
+        assert_eq!(value_key(&["metadata.team".into()], &s), "metadata.team:");
+        assert_eq!(value_key(&[], &s), "");
     }
 
     #[test]

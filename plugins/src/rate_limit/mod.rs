@@ -8,8 +8,8 @@
 //!   its counter id (`api_key:<id>:<n>`, `workspace:<id>:<n>`, `jwt:<subject>:<n>`);
 //! - every active rate limits policy of the request's workspace whose `conditions` match the
 //!   request (see [`crate::limits::matching`]), counted per `group_by` combination: counter
-//!   `policy:<policy id>:<value key>`. A policy whose `group_by` names a key the request has no
-//!   value for does not apply to it;
+//!   `policy:<policy id>:<value key>`. A `group_by` key the request has no value for counts
+//!   as the empty value (every such request shares that counter);
 //! - the own `rate_limits` of the saved provider the request goes through, read from the
 //!   provider store ([`BuildCx::providers`]; saved through the control plane, YAML providers
 //!   have none): counters `provider:<slug>:<n>`, shared by every caller of that provider.
@@ -476,13 +476,12 @@ impl RateLimiter {
             {
                 continue;
             }
-            if let Some(key) = value_key(&policy.group_by, &subject) {
-                out.push(
-                    format!("policy:{}:{}", policy.id, key),
-                    policy.limit,
-                    Source::Policy(i),
-                );
-            }
+            let key = value_key(&policy.group_by, &subject);
+            out.push(
+                format!("policy:{}:{}", policy.id, key),
+                policy.limit,
+                Source::Policy(i),
+            );
         }
         out.index = Some(index);
         out

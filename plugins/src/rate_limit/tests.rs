@@ -306,10 +306,11 @@ async fn a_policy_counts_each_group_by_value_apart() {
     assert!(allowed(&plugin, Some(&p), &[("_user", "bob")]).await);
     assert!(allowed(&plugin, Some(&p), &[("_user", "bob")]).await);
     assert!(!allowed(&plugin, Some(&p), &[("_user", "bob")]).await);
-    // No _user: the policy has no counter for the request, so it does not apply.
-    for _ in 0..5 {
-        assert!(allowed(&plugin, Some(&p), &[]).await);
-    }
+    // No _user (or an empty one): not a way around the policy. Such requests share the
+    // counter of the empty value.
+    assert!(allowed(&plugin, Some(&p), &[]).await);
+    assert!(allowed(&plugin, Some(&p), &[("_user", "")]).await);
+    assert!(!allowed(&plugin, Some(&p), &[]).await);
     // A model its conditions exclude is not governed.
     for _ in 0..5 {
         assert!(allowed_model(&plugin, Some(&p), "claude-3", &alice).await);
@@ -320,7 +321,7 @@ async fn a_policy_counts_each_group_by_value_apart() {
         assert!(allowed(&plugin, Some(&other), &alice).await);
         assert!(allowed(&plugin, None, &alice).await);
     }
-    assert!(metrics_text(&bcx).contains(r#"gw_rate_limit_rejections_total{scope="policy"} 2"#));
+    assert!(metrics_text(&bcx).contains(r#"gw_rate_limit_rejections_total{scope="policy"} 3"#));
 }
 
 #[tokio::test]
