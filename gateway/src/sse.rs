@@ -3,21 +3,42 @@
 
 use bytes::{Bytes, BytesMut};
 
+/// The most bytes of one unfinished event held while waiting for its blank line: a provider
+/// that never ends an event cannot make the gateway hold more. The largest events seen in
+/// practice (a Responses API `response.completed` repeating the whole answer) stay far below.
+pub const MAX_EVENT_BYTES: usize = 8 * 1024 * 1024;
+
 /// Splits a byte stream into whole events (each including its terminating blank line).
 #[derive(Debug, Default)]
 pub struct EventSplitter {
     pending: BytesMut,
+    overflowed: bool,
 }
 
 impl EventSplitter {
     /// Adds a network read; returns the bytes of every event it completed (possibly empty).
+    /// Once an unfinished event passes [`MAX_EVENT_BYTES`] the splitter drops what it holds
+    /// and takes nothing more: [`EventSplitter::overflowed`] says so, and the stream must end.
     pub fn push(&mut self, data: &[u8]) -> Bytes {
+        if self.overflowed {
+            return Bytes::new();
+        }
         let scan_from = self.pending.len().saturating_sub(3);
         self.pending.extend_from_slice(data);
-        match last_event_end(&self.pending, scan_from) {
+        let events = match last_event_end(&self.pending, scan_from) {
             Some(end) => self.pending.split_to(end).freeze(),
             None => Bytes::new(),
+        };
+        if self.pending.len() > MAX_EVENT_BYTES {
+            self.overflowed = true;
+            self.pending = BytesMut::new();
         }
+        events
+    }
+
+    /// Whether an event grew past [`MAX_EVENT_BYTES`] without ending.
+    pub fn overflowed(&self) -> bool {
+        self.overflowed
     }
 
     /// What remains at the end of the stream (an event with no terminating blank line).
@@ -41,6 +62,49 @@ fn last_event_end(buf: &[u8], from: usize) -> Option<usize> {
         i = nl + 1;
     }
     end
+}
+
+/// Characters of generated text in stream events: the JSON string values of the fields that
+/// carry it (`content`, `text`, `arguments`, `partial_json`, `thinking`, `refusal`,
+/// `reasoning_content`), as written, escapes counted as one character.
+pub fn text_chars(events: &[u8]) -> u64 {
+    const FIELDS: [&[u8]; 7] = [
+        b"\"content\":\"",
+        b"\"text\":\"",
+        b"\"arguments\":\"",
+        b"\"partial_json\":\"",
+        b"\"thinking\":\"",
+        b"\"refusal\":\"",
+        b"\"reasoning_content\":\"",
+    ];
+    let mut chars = 0;
+    for field in FIELDS {
+        for at in memchr::memmem::find_iter(events, field) {
+            chars += string_chars(&events[at + field.len()..]);
+        }
+    }
+    chars
+}
+
+/// Characters of a JSON string's body up to its closing quote.
+fn string_chars(body: &[u8]) -> u64 {
+    let mut chars = 0;
+    let mut i = 0;
+    while i < body.len() {
+        match body[i] {
+            b'"' => break,
+            b'\\' => i += 1,
+            // UTF-8 continuation bytes are part of the character before them.
+            b if b & 0xC0 == 0x80 => {
+                i += 1;
+                continue;
+            }
+            _ => {}
+        }
+        chars += 1;
+        i += 1;
+    }
+    chars
 }
 
 /// The `data:` payloads of whole events, joined per event with `\n` as the SSE spec says.
@@ -119,5 +183,35 @@ mod tests {
             ]
         );
         assert_eq!(event_data(b"data: a\ndata: b\n\n"), vec![b"a\nb".to_vec()]);
+    }
+
+    #[test]
+    fn an_event_that_never_ends_is_dropped_at_the_cap() {
+        let mut s = EventSplitter::default();
+        assert_eq!(&s.push(b"data: {\"a\":1}\n\n")[..], b"data: {\"a\":1}\n\n");
+        let piece = vec![b'x'; 1024 * 1024];
+        let mut fed = 0;
+        while !s.overflowed() {
+            assert!(s.push(&piece).is_empty());
+            fed += piece.len();
+            assert!(fed <= MAX_EVENT_BYTES + piece.len(), "never overflowed");
+        }
+        // Nothing is held or taken afterwards, even a whole event.
+        assert!(s.pending.is_empty());
+        assert!(s.push(b"\n\ndata: b\n\n").is_empty());
+        assert!(s.finish().is_empty());
+    }
+
+    #[test]
+    fn generated_text_is_counted_in_characters() {
+        let events = "data: {\"choices\":[{\"delta\":{\"content\":\"héllo \\\"x\\\"\"}}]}\n\n\
+                      data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"function\":{\"arguments\":\"{}\"}}]}}]}\n\n\
+                      data: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"ab\"}}\n\n";
+        // "héllo \"x\"" is 9 characters, "{}" 2, "ab" 2.
+        assert_eq!(text_chars(events.as_bytes()), 13);
+        assert_eq!(
+            text_chars(b"data: {\"usage\":{\"prompt_tokens\":3}}\n\n"),
+            0
+        );
     }
 }

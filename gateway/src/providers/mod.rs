@@ -160,6 +160,11 @@ pub trait StreamDecoder: Send {
     fn provisioned(&self) -> bool {
         false
     }
+    /// Whether the provider sent an event larger than the gateway holds
+    /// ([`sse::MAX_EVENT_BYTES`]); the stream must then end. Default: no.
+    fn overflowed(&self) -> bool {
+        false
+    }
 }
 
 /// Turns one server-sent event's `data` at a time into OpenAI SSE text. Formats whose streams
@@ -199,6 +204,10 @@ impl<T: EventTranslator> SseDecoder<T> {
 }
 
 impl<T: EventTranslator> StreamDecoder for SseDecoder<T> {
+    fn overflowed(&self) -> bool {
+        self.splitter.overflowed()
+    }
+
     fn push(&mut self, read: &[u8]) -> Bytes {
         let events = self.splitter.push(read);
         let mut out = String::new();
