@@ -817,6 +817,9 @@ async fn relay_stream(
             if translator.is_none() {
                 note_stream_usage(cx, &data);
             }
+            if cx.response.usage.is_none() {
+                cx.response.relayed_text_chars += sse::text_chars(&data);
+            }
             let mut chunk = Chunk { data };
             match gw.pipeline.on_chunk(cx, &mut chunk) {
                 Ok(Flow::Continue) => {
@@ -835,6 +838,22 @@ async fn relay_stream(
                     break;
                 }
             }
+        }
+        let overflowed = match translator.as_ref() {
+            Some(t) => t.overflowed(),
+            None => splitter.overflowed(),
+        };
+        if overflowed {
+            let e = GatewayError::new(
+                ErrorKind::UpstreamBadResponse,
+                format!(
+                    "the provider sent a stream event of more than {} bytes without ending it",
+                    sse::MAX_EVENT_BYTES
+                ),
+            );
+            cx.response.error = Some(e.message.clone());
+            final_event(session, &e.body().to_string()).await;
+            break;
         }
         if clean_end {
             break;

@@ -25,6 +25,94 @@ pub struct PassthroughTarget {
     pub sent_at: Option<Instant>,
 }
 
+/// Reads what a passthrough answer says of its model and usage (`/v1/responses`,
+/// `/v1/completions` and any other JSON or event-stream answer in OpenAI's shapes) without
+/// holding the answer: its first [`HEAD_BYTES`] (where the model is named) and its last
+/// [`TAIL_BYTES`] (where usage comes, in a whole answer and in a stream's last events).
+#[derive(Debug, Default)]
+pub struct AnswerSummary {
+    head: Vec<u8>,
+    tail: Vec<u8>,
+}
+
+const HEAD_BYTES: usize = 4 * 1024;
+const TAIL_BYTES: usize = 64 * 1024;
+
+impl AnswerSummary {
+    /// Whether an answer with these headers can report usage: a 2xx JSON or event stream,
+    /// not compressed.
+    pub fn wanted(header: &pingora::http::ResponseHeader) -> bool {
+        let content_type = header
+            .headers
+            .get(http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        // A compressed answer passes as it is; its usage is not read (the estimate is charged).
+        let encoded = header
+            .headers
+            .get(http::header::CONTENT_ENCODING)
+            .is_some_and(|v| v.as_bytes() != b"identity");
+        header.status.is_success()
+            && !encoded
+            && (content_type.starts_with("application/json")
+                || content_type.starts_with("text/event-stream"))
+    }
+
+    pub fn push(&mut self, data: &[u8]) {
+        if self.head.len() < HEAD_BYTES {
+            let take = (HEAD_BYTES - self.head.len()).min(data.len());
+            self.head.extend_from_slice(&data[..take]);
+        }
+        if data.len() >= TAIL_BYTES {
+            self.tail.clear();
+            self.tail
+                .extend_from_slice(&data[data.len() - TAIL_BYTES..]);
+        } else {
+            self.tail.extend_from_slice(data);
+            // Trimmed in steps, so each byte is moved a bounded number of times.
+            if self.tail.len() > 2 * TAIL_BYTES {
+                self.tail.drain(..self.tail.len() - TAIL_BYTES);
+            }
+        }
+    }
+
+    /// The usage of the last `"usage"` object: `input_tokens`/`output_tokens` (Responses,
+    /// Messages) or `prompt_tokens`/`completion_tokens` (Completions, Chat).
+    pub fn usage(&self) -> Option<plugin_sdk::Usage> {
+        let at = memchr::memmem::rfind(&self.tail, b"\"usage\"")?;
+        let rest = &self.tail[at + b"\"usage\"".len()..];
+        let colon = rest.iter().position(|b| !b.is_ascii_whitespace())?;
+        let rest = rest[colon..].strip_prefix(b":")?;
+        let value = serde_json::Deserializer::from_slice(rest)
+            .into_iter::<serde_json::Value>()
+            .next()?
+            .ok()?;
+        let count = |names: [&str; 2]| {
+            names
+                .iter()
+                .find_map(|n| value.get(*n).and_then(serde_json::Value::as_u64))
+        };
+        let prompt = count(["input_tokens", "prompt_tokens"]);
+        let completion = count(["output_tokens", "completion_tokens"]);
+        if prompt.is_none() && completion.is_none() {
+            return None;
+        }
+        Some(plugin_sdk::Usage {
+            prompt_tokens: prompt.unwrap_or(0),
+            completion_tokens: completion.unwrap_or(0),
+        })
+    }
+
+    /// The first `"model"` string of the answer.
+    pub fn model(&self) -> Option<String> {
+        let key = b"\"model\":\"";
+        let at = memchr::memmem::find(&self.head, key)? + key.len();
+        let end = at + memchr::memchr(b'"', &self.head[at..])?;
+        let model = std::str::from_utf8(&self.head[at..end]).ok()?;
+        (!model.is_empty() && !model.contains('\\')).then(|| model.to_owned())
+    }
+}
+
 /// Runs the request phase and picks the target; a plugin may answer instead.
 pub async fn prepare(
     gw: &Gateway,
@@ -168,7 +256,35 @@ pub fn rewrite_request(target: &PassthroughTarget, req: &mut RequestHeader) -> p
 
 #[cfg(test)]
 mod tests {
-    use super::provider_suffix;
+    use super::{provider_suffix, AnswerSummary};
+
+    #[test]
+    fn an_answers_model_and_usage_are_read_from_its_ends() {
+        // A Responses API answer, whole.
+        let mut whole = AnswerSummary::default();
+        whole.push(br#"{"id":"resp_1","object":"response","model":"gpt-4.1-mini","output":[{"#);
+        whole.push(&vec![b' '; 300 * 1024]);
+        whole.push(br#"}],"usage":{"input_tokens":12,"output_tokens":30,"total_tokens":42}}"#);
+        assert_eq!(whole.model().as_deref(), Some("gpt-4.1-mini"));
+        let usage = whole.usage().unwrap();
+        assert_eq!((usage.prompt_tokens, usage.completion_tokens), (12, 30));
+        assert!(whole.tail.len() <= 2 * super::TAIL_BYTES);
+        // A completions stream with usage in its last chunk, cut anywhere.
+        let stream = b"data: {\"model\":\"gpt-3.5-turbo-instruct\",\"choices\":[{\"text\":\"usage\"}]}\n\n\
+                       data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":7}}\n\ndata: [DONE]\n\n";
+        for cut in 0..stream.len() {
+            let mut s = AnswerSummary::default();
+            s.push(&stream[..cut]);
+            s.push(&stream[cut..]);
+            let usage = s.usage().unwrap();
+            assert_eq!((usage.prompt_tokens, usage.completion_tokens), (5, 7));
+            assert_eq!(s.model().as_deref(), Some("gpt-3.5-turbo-instruct"));
+        }
+        // Nothing to read: no usage.
+        let mut none = AnswerSummary::default();
+        none.push(br#"{"data":[{"url":"https://x/usage"}],"usage":null}"#);
+        assert!(none.usage().is_none());
+    }
 
     #[test]
     fn dot_segments_stay_below_the_base_path() {

@@ -34,6 +34,8 @@ pub struct GatewayProxy {
 pub struct Ctx {
     cx: Option<Box<RequestCx>>,
     passthrough: Option<PassthroughTarget>,
+    /// What a passthrough answer reports of its model and usage, read as it streams by.
+    answer: Option<passthrough::AnswerSummary>,
     /// An error from our own hooks, so `fail_to_proxy` answers with it.
     failure: Option<GatewayError>,
     _in_flight: Option<InFlight>,
@@ -187,6 +189,9 @@ impl ProxyHttp for GatewayProxy {
             if let Some(sent) = ctx.passthrough.as_ref().and_then(|t| t.sent_at) {
                 cx.response.upstream_latency = Some(sent.elapsed());
             }
+            if passthrough::AnswerSummary::wanted(upstream_response) {
+                ctx.answer = Some(passthrough::AnswerSummary::default());
+            }
             let mut ours = http::HeaderMap::new();
             respond::set_gateway_headers(&mut ours, cx);
             for (name, value) in ours {
@@ -196,6 +201,31 @@ impl ProxyHttp for GatewayProxy {
             }
         }
         Ok(())
+    }
+
+    fn response_body_filter(
+        &self,
+        _session: &mut Session,
+        body: &mut Option<bytes::Bytes>,
+        end_of_stream: bool,
+        ctx: &mut Ctx,
+    ) -> pingora::Result<Option<std::time::Duration>> {
+        let Some(answer) = ctx.answer.as_mut() else {
+            return Ok(None);
+        };
+        if let Some(data) = body {
+            answer.push(data);
+        }
+        if end_of_stream {
+            if let Some(cx) = ctx.cx.as_deref_mut() {
+                cx.response.usage = answer.usage();
+                if cx.response.model.is_none() {
+                    cx.response.model = answer.model();
+                }
+            }
+            ctx.answer = None;
+        }
+        Ok(None)
     }
 
     async fn fail_to_proxy(

@@ -73,6 +73,10 @@ pub struct ResponseInfo {
     pub upstream_latency: Option<Duration>,
     /// Whether the answer was relayed as a server-sent event stream.
     pub streamed: bool,
+    /// Characters of generated text (content, text, tool arguments, thinking) the gateway
+    /// relayed in a stream before its usage arrived: what a stream whose provider never
+    /// reported usage (a client that left, a provider that does not say) is charged for.
+    pub relayed_text_chars: u64,
     /// The error message, when the request failed.
     pub error: Option<String>,
     /// `x-gw-cache-status` value, when a cache plugin ran.

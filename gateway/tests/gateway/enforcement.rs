@@ -660,3 +660,126 @@ async fn saved_providers_hold_their_own_budgets_and_rate_limits() {
         "{metrics}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn passthrough_is_metered_by_the_usage_its_answer_reports_else_its_estimate() {
+    let env = Env::start().await;
+    let ws = env.default_workspace().await;
+    // 7 reported tokens + the 1024 a passthrough POST without usage is charged.
+    let (key, _) = env
+        .workspace_key(
+            &ws,
+            json!({"usage_limits": {"type": "tokens", "credit_limit": 1031}}),
+        )
+        .await;
+    let send = |method: Method, path: &str, content_type: &str, body: Value| {
+        env.bare
+            .request(method, env.url(path))
+            .header("x-gw-api-key", &key)
+            .header("x-gw-provider", "@mock")
+            .header("content-type", content_type)
+            .body(body.to_string())
+            .send()
+    };
+    // The mock's echo route answers with the request's body: a Responses API answer here.
+    let answer = json!({"id": "resp_1", "object": "response", "model": "mock-model",
+        "output": [], "usage": {"input_tokens": 3, "output_tokens": 4, "total_tokens": 7}});
+    let resp = send(
+        Method::POST,
+        "/v1/echo/responses",
+        "application/json",
+        answer,
+    )
+    .await
+    .unwrap();
+    assert_eq!(resp.status(), 200);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // An answer that reports nothing: the estimate.
+    let resp = send(
+        Method::POST,
+        "/v1/echo/images",
+        "application/octet-stream",
+        json!("x"),
+    )
+    .await
+    .unwrap();
+    assert_eq!(resp.status(), 200);
+    // Spent: every route that reaches the provider is refused now, passthrough included.
+    eventually("the spent budget", || async {
+        let resp = send(Method::GET, "/v1/models", "application/json", json!(null))
+            .await
+            .unwrap();
+        (resp.status() == 412).then_some(())
+    })
+    .await;
+    let resp = send(
+        Method::POST,
+        "/v1/echo/responses",
+        "application/json",
+        json!({}),
+    )
+    .await
+    .unwrap();
+    let body = expect_error(resp, 412, None).await;
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("has used 1031 of 1031 tokens"),
+        "{body}"
+    );
+    let small = json!({"model": "mock-model", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}]});
+    assert_eq!(env.chat_as(&key, &small, &[]).await.status(), 412);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_without_usage_is_charged_the_text_it_relayed() {
+    let env = Env::start().await;
+    let ws = env.default_workspace().await;
+    let (status, policy) = env
+        .admin_call(
+            Method::POST,
+            "/v1/policies/usage-limits",
+            Some(ADMIN_KEY),
+            Some(json!({
+                "name": "stream tokens", "workspace_id": ws, "type": "tokens",
+                "credit_limit": 100000, "group_by": [{"key": "api_key"}],
+                "conditions": [{"key": "workspace_id", "value": ws}]
+            })),
+        )
+        .await;
+    assert_eq!(status, 200, "{policy}");
+    let policy_id = policy["id"].as_str().unwrap().to_owned();
+    let (key, key_id) = env.workspace_key(&ws, json!({})).await;
+    // The provider drops the connection after two events: no usage ever comes.
+    let body = json!({"model": "mock-model", "stream": true, "max_tokens": 500,
+        "messages": [{"role": "user", "content": "one two three four five"}]});
+    let resp = env
+        .chat_as(
+            &key,
+            &body,
+            &[
+                ("x-mock-disconnect-after", "2"),
+                ("x-gw-forward-headers", "x-mock-disconnect-after"),
+            ],
+        )
+        .await;
+    assert_eq!(resp.status(), 200);
+    let text = resp.text().await.unwrap();
+    assert!(!text.contains("\"usage\""), "{text}");
+    // Charged the prompt's estimate (23 characters: 6 tokens) and the relayed text, far
+    // below the 506 reserved, and not 0.
+    let used = eventually("the charge", || async {
+        let (_, got) = env
+            .admin_call(
+                Method::GET,
+                &format!("/v1/policies/usage-limits/{policy_id}?include_usage=true"),
+                Some(ADMIN_KEY),
+                None,
+            )
+            .await;
+        got["value_key_usage_map"][format!("api_key:{key_id}")]["current_usage"].as_f64()
+    })
+    .await;
+    assert!((7.0..100.0).contains(&used), "charged {used}");
+}

@@ -8,6 +8,7 @@
 //!   key_prefix: "gw:budget:"
 //!   queue_capacity: 10000
 //!   flush_interval_ms: 1000
+//!   default_price: {input_per_million: 10, output_per_million: 30}   # for unpriced models
 //!   prices:                        # override the shipped price table
 //!     - {provider: openai, model: gpt-4o, input_per_million: 2.5, output_per_million: 10}
 //!     - {slug: my-azure, model: gpt-4o, input_per_million: 2.75, output_per_million: 11}
@@ -17,7 +18,7 @@ use serde::Deserialize;
 
 use plugin_sdk::ConfigIssue;
 
-use crate::pricing::PriceOverride;
+use crate::pricing::{Price, PriceOverride};
 
 /// Where budget counters live.
 #[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
@@ -76,6 +77,28 @@ pub struct UsageLimitConfig {
     /// Price rows that replace or add to the shipped table. Default: none.
     #[serde(default)]
     pub prices: Vec<PriceOverride>,
+    /// The price of a model no price row knows, and of passthrough requests (which name no
+    /// model), under `cost` budgets. Default: none, so such a request is refused (412
+    /// `model_unpriced`) when a cost budget applies to it, rather than spending for free.
+    #[serde(default)]
+    pub default_price: Option<DefaultPrice>,
+}
+
+/// `default_price`: US dollars per million tokens.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DefaultPrice {
+    pub input_per_million: f64,
+    pub output_per_million: f64,
+}
+
+impl DefaultPrice {
+    pub fn price(self) -> Price {
+        Price {
+            input_per_million: self.input_per_million,
+            output_per_million: self.output_per_million,
+        }
+    }
 }
 
 impl Default for UsageLimitConfig {
@@ -89,6 +112,7 @@ impl Default for UsageLimitConfig {
             max_counters: default_max_counters(),
             flush_interval_ms: default_flush_interval_ms(),
             prices: Vec::new(),
+            default_price: None,
         }
     }
 }
@@ -152,6 +176,19 @@ impl UsageLimitConfig {
         }
         for (i, row) in self.prices.iter().enumerate() {
             issues.extend(row.issues(&format!("prices[{i}]")));
+        }
+        if let Some(p) = self.default_price {
+            for (field, x) in [
+                ("input_per_million", p.input_per_million),
+                ("output_per_million", p.output_per_million),
+            ] {
+                if !(x.is_finite() && x >= 0.0) {
+                    issues.push(ConfigIssue::new(
+                        format!("default_price.{field}"),
+                        format!("must be a number of at least 0, got {x}"),
+                    ));
+                }
+            }
         }
         issues
     }

@@ -42,9 +42,17 @@
 //!   (`usage_limits.alert` when usage reaches `alert_threshold`, `usage_limits.exhausted` at
 //!   the limit; once per period per budget per instance) to a background writer.
 //!
-//! A model no price knows reserves and costs 0 against `cost` budgets (a warning names it
-//! once): price it on its integration (`PUT /v1/integrations/{slug}/models`) or add it to
-//! `prices`.
+//! Nothing settles at zero by accident:
+//! - a 2xx answer without usage is charged its reservation (the estimate); a stream without
+//!   the provider's usage (the client left, or the provider does not report it) is charged the
+//!   prompt's estimate and the text it relayed (characters / 4);
+//! - a passthrough request (its body is not read) reserves `default_completion_tokens` when it
+//!   is a POST and is charged that unless its answer reports usage;
+//! - under a `cost` budget, a model no price knows (and a passthrough request, which names
+//!   none) is priced at `default_price`, or refused with 412 `model_unpriced` when there is
+//!   none; an answer whose reported model has no price is charged the reservation. Both count
+//!   in `gw_usage_limit_unpriced_total{when="request"|"answer"}`. Price models on their
+//!   integration (`PUT /v1/integrations/{slug}/models`) or in `prices`.
 //!
 //! Counters live in-process or in Redis (`backend`); see `ledger.rs` and `redis.rs`. In Redis,
 //! `on_request` defers its reservation to shared mode's admission, which checks the rate
@@ -63,7 +71,8 @@
 //! Metrics: `gw_usage_limit_rejections_total{scope}` (scope: api_key, workspace, jwt, policy,
 //! provider, other), `gw_usage_limit_alerts_total{event}` (alert, exhausted),
 //! `gw_usage_limit_backend_errors_total{op}` (reserve, settle),
-//! `gw_usage_limit_dropped_total{what}` (report, charge, event, settlement).
+//! `gw_usage_limit_dropped_total{what}` (report, charge, event, settlement),
+//! `gw_usage_limit_unpriced_total{when}` (request, answer).
 
 mod config;
 mod estimate;
@@ -88,7 +97,7 @@ use plugin_sdk::plugin::ResponseParts;
 use plugin_sdk::sinks::{AuditEvent, UsageCharge};
 use plugin_sdk::{
     BuildCx, Chunk, ConfigIssue, ErrorKind, Flow, GatewayError, Phases, Plugin, PluginFactory,
-    Principal, ProviderStore, RequestCx, RoutePlan, Target, Usage,
+    Principal, ProviderStore, RequestCx, Route, RoutePlan, Target, Usage,
 };
 
 use crate::limits::matching::{in_workspace, matches, value_key, Subject};
@@ -144,6 +153,7 @@ struct Metrics {
     alerts: IntCounterVec,
     backend_errors: IntCounterVec,
     dropped: IntCounterVec,
+    unpriced: IntCounterVec,
 }
 
 impl Metrics {
@@ -172,8 +182,19 @@ impl Metrics {
                 "Settled usage or budget events not delivered to the control plane",
                 "what",
             )?,
+            unpriced: counter(
+                "gw_usage_limit_unpriced_total",
+                "Requests (refused, or priced at default_price) and answers under a cost budget whose model no price knew",
+                "when",
+            )?,
         };
-        for c in [&m.rejections, &m.alerts, &m.backend_errors, &m.dropped] {
+        for c in [
+            &m.rejections,
+            &m.alerts,
+            &m.backend_errors,
+            &m.dropped,
+            &m.unpriced,
+        ] {
             registry.register(Box::new(c.clone())).map_err(|e| {
                 format!("cannot register metrics (is `usage_limit` listed twice?): {e}")
             })?;
@@ -294,6 +315,8 @@ pub struct UsageLimitPlugin {
     /// Saved providers, for their own budgets.
     providers: Arc<dyn ProviderStore>,
     prices: PriceTable,
+    /// The price of what no price row knows (`default_price`); `None`: refuse under cost budgets.
+    default_price: Option<Price>,
     default_completion_tokens: u64,
     on_backend_error: OnBackendError,
     key_prefix: String,
@@ -360,6 +383,7 @@ impl UsageLimitPlugin {
             access: cx.access.clone(),
             providers: cx.providers.clone(),
             prices: PriceTable::shipped().with_overrides(&config.prices),
+            default_price: config.default_price.map(|p| p.price()),
             default_completion_tokens: config.default_completion_tokens,
             on_backend_error: config.on_backend_error,
             key_prefix: config.key_prefix,
@@ -394,10 +418,7 @@ impl UsageLimitPlugin {
                 {
                     continue;
                 }
-                // A request without a value for a group_by key has no counter to charge.
-                let Some(vk) = value_key(&policy.group_by, &subject) else {
-                    continue;
-                };
+                let vk = value_key(&policy.group_by, &subject);
                 let counted = policy.usage.get(&vk).copied().unwrap_or_default();
                 let mut label = match &policy.name {
                     Some(name) if !name.is_empty() => format!("usage limits policy {name:?}"),
@@ -600,27 +621,87 @@ impl UsageLimitPlugin {
             .as_deref()
             .or_else(|| planned.and_then(target_model))
             .or(cx.requested_model())?;
-        let cost = self.price_of(slug, provider, model).map(|p| p.cost(usage));
-        if cost.is_none()
-            && self
-                .shared
-                .first_time(format!("unpriced|{provider}|{model}"))
+        if let Some(price) = self.price_of(slug, provider, model) {
+            return Some(price.cost(usage));
+        }
+        self.shared
+            .metrics
+            .unpriced
+            .with_label_values(&["answer"])
+            .inc();
+        if let Some(price) = self.default_price {
+            return Some(price.cost(usage));
+        }
+        if self
+            .shared
+            .first_time(format!("unpriced|{provider}|{model}"))
         {
             tracing::warn!(target: "gateway::usage_limit", provider, model,
-                "no price for this model: its cost counts as 0 (add it to the usage_limit plugin's `prices`)");
+                "no price for the model the provider reported: cost budgets are charged the request's estimate (price it in the usage_limit plugin's `prices` or `default_price`)");
         }
-        cost
+        None
     }
 
-    /// The estimate's price, before the call: the planned target's prices.
-    fn price_estimate(&self, cx: &RequestCx, usage: Usage) -> f64 {
+    /// What a request is reserved for: its estimate ([`estimate::estimate`]); a passthrough
+    /// request's body is not read, so a POST there reserves `default_completion_tokens`
+    /// (other methods, which read or delete, none).
+    fn estimate(&self, cx: &RequestCx) -> Usage {
+        if cx.route == Route::Passthrough {
+            return Usage {
+                prompt_tokens: 0,
+                completion_tokens: if cx.method == http::Method::POST {
+                    self.default_completion_tokens
+                } else {
+                    0
+                },
+            };
+        }
+        estimate::estimate(&cx.request, self.default_completion_tokens)
+    }
+
+    /// The price of `model` (`None`: the request names none), else `default_price`, else a
+    /// 412 `model_unpriced`: under a cost budget nothing is spent for free.
+    fn price_or_refuse(
+        &self,
+        slug: Option<&str>,
+        provider: &str,
+        model: Option<&str>,
+        cx: &RequestCx,
+    ) -> Result<Price, GatewayError> {
+        if let Some(price) = model.and_then(|m| self.price_of(slug, provider, m)) {
+            return Ok(price);
+        }
+        self.shared
+            .metrics
+            .unpriced
+            .with_label_values(&["request"])
+            .inc();
+        if let Some(price) = self.default_price {
+            return Ok(price);
+        }
+        let message = match model {
+            Some(model) => format!(
+                "a cost budget applies to this request, and no price is known for model \
+                 {model:?}: price it on its integration or in the usage_limit plugin's \
+                 `prices`, or set its `default_price`"
+            ),
+            None => format!(
+                "a cost budget applies to this request, and {} names no model to price: set \
+                 the usage_limit plugin's `default_price`",
+                cx.path
+            ),
+        };
+        Err(GatewayError::new(ErrorKind::BudgetExhausted, message).with_code("model_unpriced"))
+    }
+
+    /// The estimate's price, before the call: the planned target's prices (see
+    /// [`UsageLimitPlugin::price_or_refuse`]).
+    fn price_estimate(&self, cx: &RequestCx, usage: Usage) -> Result<f64, GatewayError> {
         let planned = planned_target(cx);
         let model = planned.and_then(target_model).or(cx.requested_model());
-        let Some(model) = model else { return 0.0 };
         let slug = planned.and_then(|t| t.slug.as_deref());
         let provider = planned.map_or("", |t| t.provider.as_str());
-        self.price_of(slug, provider, model)
-            .map_or(0.0, |p| p.cost(usage))
+        Ok(self.price_or_refuse(slug, provider, model, cx)?.cost(usage))
     }
 
     /// The price of `model` served by `provider`, through the saved provider `slug` if any:
@@ -1026,8 +1107,12 @@ impl Plugin for UsageLimitPlugin {
         if applied.is_empty() {
             return Ok(Flow::Continue);
         }
-        let usage = estimate::estimate(&cx.request, self.default_completion_tokens);
-        let cost = self.price_estimate(cx, usage);
+        let usage = self.estimate(cx);
+        let cost = if applied.iter().any(|a| a.kind == UsageKind::Cost) {
+            self.price_estimate(cx, usage)?
+        } else {
+            0.0
+        };
         let amounts: Vec<f64> = applied
             .iter()
             .map(|a| a.amount(1.0, Some(usage), Some(cost)))
@@ -1089,12 +1174,13 @@ impl Plugin for UsageLimitPlugin {
         {
             return Ok(Flow::Continue);
         }
-        let usage = estimate::estimate(&cx.request, self.default_completion_tokens);
+        let usage = self.estimate(cx);
         let cost = match applied.kind {
-            UsageKind::Cost => target_model(target)
-                .or(cx.requested_model())
-                .and_then(|model| self.price_of(Some(slug), &target.provider, model))
-                .map_or(0.0, |p| p.cost(usage)),
+            UsageKind::Cost => {
+                let model = target_model(target).or(cx.requested_model());
+                self.price_or_refuse(Some(slug), &target.provider, model, cx)?
+                    .cost(usage)
+            }
             _ => 0.0,
         };
         let amount = applied.amount(1.0, Some(usage), Some(cost));
@@ -1136,7 +1222,18 @@ impl Plugin for UsageLimitPlugin {
             .response
             .cache_status
             .is_some_and(|s| s.eq_ignore_ascii_case("hit"));
-        let usage = if cache_hit { None } else { cx.response.usage };
+        let mut usage = if cache_hit { None } else { cx.response.usage };
+        // A stream that ended without the provider's usage (the client left, or the provider
+        // does not report it) is charged the text it relayed and the prompt's estimate.
+        if usage.is_none() && succeeded && !cache_hit && cx.response.streamed {
+            usage = Some(Usage {
+                prompt_tokens: self.estimate(cx).prompt_tokens,
+                completion_tokens: cx.response.relayed_text_chars.div_ceil(4),
+            });
+        }
+        // Any other answer without usage (or whose model has no price, under a cost budget)
+        // is charged what was reserved for it: nothing settles at zero by accident.
+        let unmeasured = succeeded && !cache_hit && usage.is_none();
         // `note_cost` priced this usage already when it saw the answer; an unpriced model
         // is not looked up a second time.
         let priced = cx
@@ -1158,13 +1255,16 @@ impl Plugin for UsageLimitPlugin {
                 .map(|(a, reserved)| {
                     // A provider's budget counts only what was spent through it.
                     let spent_here = a.through.as_deref().is_none_or(|s| through == Some(s));
+                    let unpriced = a.kind == UsageKind::Cost && cost.is_none();
                     Settle {
                         key: a.key.clone(),
                         seed: a.seed,
-                        actual: if spent_here {
-                            a.amount(requests, usage, cost)
-                        } else {
-                            0.0
+                        actual: match spent_here {
+                            false => 0.0,
+                            true if succeeded && !cache_hit && (unmeasured || unpriced) => {
+                                reserved.max(a.amount(requests, usage, cost))
+                            }
+                            true => a.amount(requests, usage, cost),
                         },
                         reserved: *reserved,
                         ttl: a.ttl,

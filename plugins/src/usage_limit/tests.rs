@@ -788,9 +788,25 @@ async fn policies_count_per_group_by_value() {
     eventually("alice's charge", || e.sink.charged("policy:pol-1") == 1.0).await;
     let charge = e.sink.charges.lock().unwrap()[0].clone();
     assert_eq!(charge.value_key, "metadata._user:alice");
+
+    // A policy grouped by a key without conditions on it governs requests without a value
+    // too: they share the entity of the empty value.
+    *e.access.policies.lock().unwrap() = vec![policy("pol-2", "ws-1", vec![], &["metadata._user"])];
+    let mut cx = chat(Some(principal(vec![])), 10);
+    e.plugin
+        .on_request(&mut cx)
+        .await
+        .expect("the first without a user");
+    finish(&e.plugin, &mut cx, 200, Some((1, 1))).await;
+    let err = refused(&e.plugin, &mut request("")).await;
+    assert!(
+        err.message.contains("for metadata._user:"),
+        "{}",
+        err.message
+    );
     assert_eq!(
         metric(&e.registry, "gw_usage_limit_rejections_total", "policy"),
-        2
+        3
     );
 }
 
@@ -1350,5 +1366,186 @@ async fn budgets_of_many_organisations_hold_exactly_in_a_redis_cluster() {
         metric(&a.registry, "gw_usage_limit_backend_errors_total", "settle")
             + metric(&b.registry, "gw_usage_limit_backend_errors_total", "settle"),
         0
+    );
+}
+
+/// A passthrough request with `method` (its body is not read).
+fn passthrough(p: Principal, method: Method, path: &str) -> RequestCx {
+    let mut cx = RequestCx::new(
+        uuid::Uuid::new_v4().to_string(),
+        Route::Passthrough,
+        method,
+        path.into(),
+    );
+    cx.plan = Some(RoutePlan::Single(Target {
+        provider: "openai".into(),
+        ..Target::default()
+    }));
+    cx.extensions.insert(p);
+    cx
+}
+
+#[tokio::test]
+async fn answers_without_usage_are_charged_their_reservation() {
+    let e = env();
+    let p = principal(vec![budget(
+        "api_key:key-1",
+        limit(UsageKind::Tokens, 10_000.0),
+    )]);
+    // A chat answer without usage: its estimate (2 prompt + 10 completion tokens).
+    let mut cx = chat(Some(p.clone()), 10);
+    e.plugin.on_request(&mut cx).await.unwrap();
+    finish(&e.plugin, &mut cx, 200, None).await;
+    eventually("the estimate", || e.sink.charged("api_key:key-1") == 12.0).await;
+    // A failed one releases it.
+    let mut cx = chat(Some(p.clone()), 10);
+    e.plugin.on_request(&mut cx).await.unwrap();
+    finish(&e.plugin, &mut cx, 500, None).await;
+    // A stream the client left before the provider's usage came: the prompt's estimate and
+    // the text relayed (41 characters: 11 tokens).
+    let mut cx = chat(Some(p.clone()), 500);
+    e.plugin.on_request(&mut cx).await.unwrap();
+    cx.response.streamed = true;
+    cx.response.relayed_text_chars = 41;
+    finish(&e.plugin, &mut cx, 200, None).await;
+    eventually("the relayed text", || {
+        e.sink.charged("api_key:key-1") == 25.0
+    })
+    .await;
+    // A passthrough POST reserves and is charged default_completion_tokens (1024), a GET
+    // nothing but the request; both count under a requests budget.
+    let mut cx = passthrough(p.clone(), Method::POST, "/v1/images/generations");
+    e.plugin.on_request(&mut cx).await.unwrap();
+    answer(&e.plugin, &mut cx, 200, None).await;
+    eventually("the passthrough POST", || {
+        e.sink.charged("api_key:key-1") == 1049.0
+    })
+    .await;
+    let mut cx = passthrough(p.clone(), Method::GET, "/v1/files");
+    e.plugin.on_request(&mut cx).await.unwrap();
+    answer(&e.plugin, &mut cx, 200, None).await;
+    // A passthrough answer that reports usage is charged it.
+    let mut cx = passthrough(p.clone(), Method::POST, "/v1/responses");
+    e.plugin.on_request(&mut cx).await.unwrap();
+    answer(&e.plugin, &mut cx, 200, Some((7, 3))).await;
+    eventually("the reported usage", || {
+        e.sink.charged("api_key:key-1") == 1059.0
+    })
+    .await;
+
+    // An exhausted token budget refuses passthrough too.
+    let spent = principal(vec![budget("api_key:key-2", limit(UsageKind::Tokens, 5.0))]);
+    let mut cx = chat(Some(spent.clone()), 0);
+    e.plugin.on_request(&mut cx).await.unwrap();
+    finish(&e.plugin, &mut cx, 200, Some((5, 0))).await;
+    for method in [Method::POST, Method::GET] {
+        let err = refused(
+            &e.plugin,
+            &mut passthrough(spent.clone(), method, "/v1/files"),
+        )
+        .await;
+        assert_eq!(err.status().as_u16(), 412, "{}", err.message);
+    }
+}
+
+#[tokio::test]
+async fn an_unpriced_model_under_a_cost_budget_is_refused_or_priced_by_default() {
+    let p = principal(vec![budget("api_key:key-1", limit(UsageKind::Cost, 100.0))]);
+    let unpriced = |p: &Principal| {
+        let mut cx = chat(Some(p.clone()), 10);
+        let body = json!({"model": "house-model-7", "max_tokens": 10,
+            "messages": [{"role": "user", "content": "12345678"}]});
+        cx.body = Bytes::from(body.to_string());
+        cx.request = LlmRequest::decode(cx.route, &cx.body).unwrap();
+        cx
+    };
+    let e = env();
+    let err = refused(&e.plugin, &mut unpriced(&p)).await;
+    assert_eq!(err.status().as_u16(), 412);
+    assert_eq!(err.code.as_deref(), Some("model_unpriced"));
+    assert!(err.message.contains("house-model-7"), "{}", err.message);
+    let err = refused(
+        &e.plugin,
+        &mut passthrough(p.clone(), Method::POST, "/v1/images/edits"),
+    )
+    .await;
+    assert_eq!(err.code.as_deref(), Some("model_unpriced"));
+    assert!(err.message.contains("/v1/images/edits"), "{}", err.message);
+    assert_eq!(
+        metric(&e.registry, "gw_usage_limit_unpriced_total", "request"),
+        2
+    );
+    // Without a cost budget nothing needs a price.
+    let tokens_only = principal(vec![budget(
+        "api_key:key-3",
+        limit(UsageKind::Tokens, 100.0),
+    )]);
+    e.plugin
+        .on_request(&mut unpriced(&tokens_only))
+        .await
+        .unwrap();
+
+    // With default_price: $1 per prompt token and $2 per completion token.
+    let e = env_with(
+        json!({"backend": "memory",
+               "default_price": {"input_per_million": 1000000, "output_per_million": 2000000}}),
+        None,
+    );
+    let mut cx = unpriced(&p);
+    e.plugin
+        .on_request(&mut cx)
+        .await
+        .expect("priced by default");
+    cx.response.status = Some(200);
+    cx.response.model = Some("house-model-7".into());
+    cx.response.usage = Some(Usage {
+        prompt_tokens: 3,
+        completion_tokens: 1,
+    });
+    e.plugin.on_log(&cx);
+    eventually("the default price", || {
+        e.sink.charged("api_key:key-1") == 5.0
+    })
+    .await;
+    // A default price must be a price.
+    assert!(UsageLimitConfig {
+        default_price: Some(super::config::DefaultPrice {
+            input_per_million: -1.0,
+            output_per_million: 0.0,
+        }),
+        ..UsageLimitConfig::default()
+    }
+    .issues()
+    .iter()
+    .any(|i| i.path == "default_price.input_per_million"));
+}
+
+#[tokio::test]
+async fn an_answer_from_an_unpriced_model_is_charged_its_reservation() {
+    let e = env_with(
+        json!({"backend": "memory", "prices": [
+            {"provider": "openai", "model": "gpt-4o", "input_per_million": 1000000, "output_per_million": 1000000}
+        ]}),
+        None,
+    );
+    let p = principal(vec![budget("api_key:key-1", limit(UsageKind::Cost, 100.0))]);
+    // Reserved: 2 + 10 tokens at $1 = $12; the provider answers as a model no price knows.
+    let mut cx = chat(Some(p), 10);
+    e.plugin.on_request(&mut cx).await.unwrap();
+    cx.response.status = Some(200);
+    cx.response.provider = Some("openai".into());
+    cx.response.model = Some("surprise-model".into());
+    cx.response.usage = Some(Usage {
+        prompt_tokens: 1,
+        completion_tokens: 1,
+    });
+    e.plugin.on_log(&cx);
+    eventually("the reservation", || {
+        e.sink.charged("api_key:key-1") == 12.0
+    })
+    .await;
+    assert_eq!(
+        metric(&e.registry, "gw_usage_limit_unpriced_total", "answer"),
+        1
     );
 }
