@@ -88,6 +88,11 @@ pub async fn handle(gw: &Gateway, session: &mut Session, cx: &mut RequestCx) {
 }
 
 async fn run(gw: &Gateway, session: &mut Session, cx: &mut RequestCx) -> Result<(), GatewayError> {
+    // The caller is known (or refused) before a byte of the body is read.
+    if let Flow::Respond(r) = gw.pipeline.on_request_headers(cx).await? {
+        Box::pin(respond::plugin(session, cx, r)).await;
+        return Ok(());
+    }
     if cx.route == Route::FineTuningJobs {
         request::check_fine_tuning_query(cx.query.as_deref())?;
     } else {
@@ -95,7 +100,7 @@ async fn run(gw: &Gateway, session: &mut Session, cx: &mut RequestCx) -> Result<
     }
     cx.request = LlmRequest::decode(cx.route, &cx.body)?;
 
-    if let Flow::Respond(r) = gw.pipeline.on_request(cx).await? {
+    if let Flow::Respond(r) = gw.pipeline.on_request_body(cx).await? {
         Box::pin(respond::plugin(session, cx, r)).await;
         return Ok(());
     }
@@ -488,8 +493,11 @@ async fn deliver(
     let Some(body) = body else {
         // Boxed: only streams pay for the relay's state.
         let translator = providers::stream(&call);
-        let waive = call.waive_provisioned_cost;
-        return Box::pin(relay_stream(gw, session, cx, exchange, translator, waive)).await;
+        let options = RelayOptions {
+            waive_provisioned_cost: call.waive_provisioned_cost,
+            hidden_usage: call.hidden_usage,
+        };
+        return Box::pin(relay_stream(gw, session, cx, exchange, translator, options)).await;
     };
     cx.response.upstream_latency = Some(exchange.latency);
     let status = exchange.header().status;
@@ -741,6 +749,14 @@ async fn write_whole(session: &mut Session, cx: &mut RequestCx, parts: ResponseP
     }
 }
 
+/// How a stream is relayed, from the call that produced it.
+struct RelayOptions {
+    /// Provisioned Throughput answers cost nothing more (see `CallInfo`).
+    waive_provisioned_cost: bool,
+    /// Take out the usage chunk the gateway asked for on the client's behalf.
+    hidden_usage: bool,
+}
+
 /// Relays a server-sent event stream as it arrives: whole events only (held back until
 /// complete), each seen by `on_chunk`, usage read from them on the way.
 async fn relay_stream(
@@ -749,8 +765,12 @@ async fn relay_stream(
     cx: &mut RequestCx,
     mut exchange: Exchange,
     mut translator: Option<Box<dyn StreamDecoder>>,
-    waive_provisioned_cost: bool,
+    options: RelayOptions,
 ) -> Result<(), GatewayError> {
+    let RelayOptions {
+        waive_provisioned_cost,
+        hidden_usage,
+    } = options;
     cx.response.upstream_latency = Some(exchange.latency);
     cx.response.streamed = true;
     let status = exchange.header().status;
@@ -813,10 +833,17 @@ async fn relay_stream(
                 cx.response.model = t.model().map(str::to_owned);
             }
         }
-        if !data.is_empty() {
-            if translator.is_none() {
-                note_stream_usage(cx, &data);
+        let data = if !data.is_empty() && translator.is_none() {
+            note_stream_usage(cx, &data);
+            if hidden_usage {
+                openai::without_usage_chunks(data)
+            } else {
+                data
             }
+        } else {
+            data
+        };
+        if !data.is_empty() {
             if cx.response.usage.is_none() {
                 cx.response.relayed_text_chars += sse::text_chars(&data);
             }

@@ -580,6 +580,7 @@ mod tests {
             route,
             model: "command-a".into(),
             include_usage,
+            hidden_usage: false,
             base64_embeddings: false,
             strict: false,
             waive_provisioned_cost: false,

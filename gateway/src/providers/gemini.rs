@@ -705,6 +705,7 @@ mod tests {
             route,
             model: "gemini-2.0-flash".to_owned(),
             include_usage,
+            hidden_usage: false,
             base64_embeddings: false,
             strict: false,
             waive_provisioned_cost: false,

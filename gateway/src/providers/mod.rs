@@ -68,6 +68,7 @@ impl Outgoing<'_> {
             route: self.route,
             model: self.model().to_owned(),
             include_usage: matches!(self.request, LlmRequest::Chat(c) if c.wants_stream_usage()),
+            hidden_usage: format == WireFormat::OpenAi && openai::adds_stream_usage(self),
             base64_embeddings: matches!(self.request,
                 LlmRequest::Embeddings(e) if e.encoding_format.as_deref() == Some("base64")),
             strict: self.strict,
@@ -116,6 +117,9 @@ pub struct CallInfo {
     pub model: String,
     /// `stream_options.include_usage`: end the stream with a usage chunk.
     pub include_usage: bool,
+    /// The gateway asked for a usage chunk the client did not ask for: it is read, then taken
+    /// out of the stream ([`openai::adds_stream_usage`]).
+    pub hidden_usage: bool,
     /// `encoding_format: "base64"`: embeddings as base64 of little-endian f32s, as OpenAI sends
     /// them (the OpenAI SDKs ask for this by default).
     pub base64_embeddings: bool,

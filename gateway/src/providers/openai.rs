@@ -8,6 +8,7 @@ use memchr::memmem;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use plugin_sdk::llm::LlmRequest;
 use plugin_sdk::{GatewayError, Usage};
 
 use super::{Encoded, Outgoing, WireFormat};
@@ -18,12 +19,13 @@ pub const AZURE_DEFAULT_API_VERSION: &str = "2024-10-21";
 /// The request for an OpenAI-format provider: the client's bytes (with overrides) to the client's
 /// path. Azure OpenAI addresses a deployment instead: `/deployments/{id}<path>?api-version=...`.
 pub fn encode(out: &Outgoing<'_>) -> Result<Encoded, GatewayError> {
+    let body = if adds_stream_usage(out) {
+        with_stream_usage(out.raw)
+    } else {
+        out.raw.clone()
+    };
     if out.spec.id != "azure-openai" {
-        return Ok(Encoded::new(
-            out.raw.clone(),
-            out.suffix,
-            WireFormat::OpenAi,
-        ));
+        return Ok(Encoded::new(body, out.suffix, WireFormat::OpenAi));
     }
     let deployment = out.target.setting("azure_deployment_id").ok_or_else(|| {
         GatewayError::invalid_param(
@@ -36,12 +38,68 @@ pub fn encode(out: &Outgoing<'_>) -> Result<Encoded, GatewayError> {
         .setting("azure_api_version")
         .unwrap_or(AZURE_DEFAULT_API_VERSION);
     let mut encoded = Encoded::new(
-        out.raw.clone(),
+        body,
         format!("/deployments/{}{}", path_segment(deployment), out.suffix),
         WireFormat::OpenAi,
     );
     encoded.query = Some(format!("api-version={}", path_segment(version)));
     Ok(encoded)
+}
+
+/// Whether the gateway asks the provider for the usage of a chat stream the client did not
+/// ask it for (`stream_options.include_usage`), so that budgets are charged what was spent:
+/// OpenAI and Azure OpenAI, which take the option, when the request says nothing of
+/// `stream_options` (a client that set it otherwise keeps its choice). The chunk is taken out
+/// again before the client sees it ([`without_usage_chunks`]).
+pub fn adds_stream_usage(out: &Outgoing<'_>) -> bool {
+    matches!(out.spec.id, "openai" | "azure-openai")
+        && matches!(out.request, LlmRequest::Chat(c) if c.stream == Some(true) && c.stream_options.is_none())
+        && memmem::find(out.raw, b"\"stream_options\"").is_none()
+}
+
+/// The body with `"stream_options":{"include_usage":true}` as its first field.
+fn with_stream_usage(raw: &Bytes) -> Bytes {
+    const OPTION: &[u8] = b"\"stream_options\":{\"include_usage\":true}";
+    let Some(open) = raw.iter().position(|b| *b == b'{') else {
+        return raw.clone();
+    };
+    let empty = raw[open + 1..]
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|b| *b == b'}');
+    let mut body = Vec::with_capacity(raw.len() + OPTION.len() + 1);
+    body.extend_from_slice(&raw[..=open]);
+    body.extend_from_slice(OPTION);
+    if !empty {
+        body.push(b',');
+    }
+    body.extend_from_slice(&raw[open + 1..]);
+    Bytes::from(body)
+}
+
+/// Stream events without the usage chunk (`"choices":[]` with a `usage` object) the gateway
+/// asked for on the client's behalf ([`adds_stream_usage`]); other events pass as they are.
+pub fn without_usage_chunks(events: Bytes) -> Bytes {
+    if memmem::find(&events, b"\"choices\":[]").is_none() {
+        return events;
+    }
+    let mut kept = Vec::with_capacity(events.len());
+    let mut rest = &events[..];
+    while !rest.is_empty() {
+        // One event: up to and including its blank line.
+        let end = memmem::find(rest, b"\n\n")
+            .map(|i| i + 2)
+            .or_else(|| memmem::find(rest, b"\r\n\r\n").map(|i| i + 4))
+            .unwrap_or(rest.len());
+        let event = &rest[..end];
+        let usage_only = memmem::find(event, b"\"choices\":[]").is_some()
+            && memmem::find(event, b"\"usage\":{").is_some();
+        if !usage_only {
+            kept.extend_from_slice(event);
+        }
+        rest = &rest[end..];
+    }
+    Bytes::from(kept)
 }
 
 /// A value made safe as one path segment or query value: RFC 3986 unreserved characters stay,
@@ -204,6 +262,31 @@ pub fn summarize_chunk(data: &[u8]) -> (Option<String>, Option<Usage>) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_usage_chunk_the_client_did_not_ask_for_is_asked_for_and_taken_out() {
+        let raw = Bytes::from_static(br#"{"model":"a","stream":true}"#);
+        let body: Value = serde_json::from_slice(&with_stream_usage(&raw)).unwrap();
+        assert_eq!(
+            body,
+            json!({"stream_options": {"include_usage": true}, "model": "a", "stream": true})
+        );
+        let body: Value =
+            serde_json::from_slice(&with_stream_usage(&Bytes::from_static(b" { } "))).unwrap();
+        assert_eq!(body, json!({"stream_options": {"include_usage": true}}));
+
+        let events = Bytes::from_static(
+            b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\n\
+              data: {\"choices\":[],\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1}}\n\n\
+              data: [DONE]\n\n",
+        );
+        assert_eq!(
+            &without_usage_chunks(events)[..],
+            b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\ndata: [DONE]\n\n"
+        );
+        let plain = Bytes::from_static(b"data: {\"choices\":[{}]}\n\n");
+        assert_eq!(without_usage_chunks(plain.clone()), plain);
+    }
 
     #[test]
     fn passes_bytes_through_without_overrides() {

@@ -481,6 +481,7 @@ mod tests {
             route: Route::ChatCompletions,
             model: "anthropic.claude-3-5-sonnet-20240620-v1:0".into(),
             include_usage,
+            hidden_usage: false,
             base64_embeddings: false,
             strict,
             waive_provisioned_cost: false,

@@ -280,6 +280,7 @@ mod tests {
             route,
             model: model.into(),
             include_usage: false,
+            hidden_usage: false,
             base64_embeddings: false,
             strict: false,
             waive_provisioned_cost: false,
