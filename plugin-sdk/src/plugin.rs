@@ -66,8 +66,9 @@ impl std::ops::BitOr for Phases {
 /// The gateway calls the phases in this order for each request on an LLM route:
 ///
 /// 1. [`on_request`](Plugin::on_request) — once, in pipeline order, after the body has been read,
-///    decoded and validated. Authentication, provider selection, limits, cache lookups and input
-///    guardrails live here.
+///    decoded and validated (except for the plugins at the head of the pipeline whose
+///    [`reads_body`](Plugin::reads_body) is false: they run before the body is read).
+///    Authentication, provider selection, limits, cache lookups and input guardrails live here.
 /// 2. [`on_route`](Plugin::on_route) — in pipeline order, once per upstream attempt, after the
 ///    router chose a target and before the body is encoded for it.
 /// 3. [`on_upstream_request`](Plugin::on_upstream_request) — in pipeline order, once per attempt,
@@ -106,6 +107,14 @@ pub trait Plugin: Send + Sync + 'static {
     /// complete the check (or defer it again) in every `on_request`.
     fn joins_deferred(&self) -> bool {
         false
+    }
+
+    /// Whether this plugin's `on_request` reads the request's body (`cx.body`, `cx.request`).
+    /// Read once, when the pipeline is built. Default: true. The plugins at the head of the
+    /// request phase that say false (authentication) run before an LLM route's body is read,
+    /// so what they refuse is answered without reading it.
+    fn reads_body(&self) -> bool {
+        true
     }
 
     /// Runs once per request, in pipeline order, before anything is sent upstream.

@@ -19,6 +19,9 @@ pub struct Pipeline {
     request: Vec<Arc<dyn Plugin>>,
     /// For each plugin of `request`: whether it joins a deferred check.
     request_joins: Vec<bool>,
+    /// How many plugins at the head of `request` read only the headers (authentication): an
+    /// LLM route runs them before it reads the body.
+    headers_only: usize,
     route: Vec<Arc<dyn Plugin>>,
     upstream_request: Vec<Arc<dyn Plugin>>,
     response: Vec<Arc<dyn Plugin>>,
@@ -66,7 +69,9 @@ impl Pipeline {
             in_order
         };
         let request = forward(Phases::REQUEST);
+        let headers_only = request.iter().take_while(|p| !p.reads_body()).count();
         Pipeline {
+            headers_only,
             request_joins: request.iter().map(|p| p.joins_deferred()).collect(),
             request,
             route: forward(Phases::ROUTE),
@@ -96,7 +101,31 @@ impl Pipeline {
     /// completed before the next plugin that does not join it runs, and before the phase ends
     /// (a refusal from it wins over an answer a joining plugin gave).
     pub async fn on_request(&self, cx: &mut RequestCx) -> Result<Flow, GatewayError> {
-        for (p, joins) in self.request.iter().zip(&self.request_joins) {
+        self.run_request(cx, 0..self.request.len()).await
+    }
+
+    /// The head of the request phase: the plugins that read only the headers
+    /// ([`Plugin::reads_body`]), run before an LLM route reads the body, so that a request
+    /// without valid credentials is refused unread. [`Pipeline::on_request_body`] runs the rest.
+    pub async fn on_request_headers(&self, cx: &mut RequestCx) -> Result<Flow, GatewayError> {
+        self.run_request(cx, 0..self.headers_only).await
+    }
+
+    /// The rest of the request phase, once the body is read and decoded.
+    pub async fn on_request_body(&self, cx: &mut RequestCx) -> Result<Flow, GatewayError> {
+        self.run_request(cx, self.headers_only..self.request.len())
+            .await
+    }
+
+    async fn run_request(
+        &self,
+        cx: &mut RequestCx,
+        range: std::ops::Range<usize>,
+    ) -> Result<Flow, GatewayError> {
+        for (p, joins) in self.request[range.clone()]
+            .iter()
+            .zip(&self.request_joins[range])
+        {
             if !joins {
                 cx.complete_deferred().await?;
             }

@@ -116,3 +116,33 @@ async fn upstream_read_timeouts_apply_to_every_connection() {
         .unwrap();
     expect_error(resp, 504, None).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_body_without_a_valid_key_is_refused_unread() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let env = Env::start().await;
+    for key_header in ["", "x-gw-api-key: not-a-key\r\n"] {
+        // 32 MiB announced, 1 KiB sent: a gateway that waited for the body would never answer.
+        let mut conn = tokio::net::TcpStream::connect(env.gw.addr()).await.unwrap();
+        let head = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: gw\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nx-gw-provider: @mock\r\n{key_header}\r\n",
+            32 * 1024 * 1024
+        );
+        conn.write_all(head.as_bytes()).await.unwrap();
+        conn.write_all(&[b' '; 1024]).await.unwrap();
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 4096];
+        let read = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+            while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+                let n = conn.read(&mut buf).await.unwrap();
+                assert!(n > 0, "the connection closed without an answer");
+                answer.extend_from_slice(&buf[..n]);
+            }
+        })
+        .await;
+        assert!(read.is_ok(), "no answer while the body was unsent");
+        let text = String::from_utf8_lossy(&answer);
+        assert!(text.starts_with("HTTP/1.1 401"), "{text}");
+    }
+}

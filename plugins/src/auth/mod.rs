@@ -583,6 +583,11 @@ impl Plugin for Auth {
         Phases::REQUEST
     }
 
+    /// Credentials are headers: a request is authenticated before its body is read.
+    fn reads_body(&self) -> bool {
+        false
+    }
+
     async fn on_request(&self, cx: &mut RequestCx) -> Result<Flow, GatewayError> {
         let (method, result) = match self.credential(cx) {
             Credential::ApiKey(raw) => ("api_key", self.authenticate_key(cx, &raw)),
