@@ -766,7 +766,7 @@ async fn a_stream_without_usage_is_charged_the_text_it_relayed() {
         .await;
     assert_eq!(resp.status(), 200);
     let text = resp.text().await.unwrap();
-    assert!(!text.contains("\"usage\""), "{text}");
+    assert!(!text.contains("\"usage\":{"), "{text}");
     // Charged the prompt's estimate (23 characters: 6 tokens) and the relayed text, far
     // below the 506 reserved, and not 0.
     let used = eventually("the charge", || async {
@@ -782,4 +782,57 @@ async fn a_stream_without_usage_is_charged_the_text_it_relayed() {
     })
     .await;
     assert!((7.0..100.0).contains(&used), "charged {used}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openai_stream_is_charged_the_usage_the_gateway_asked_for_unseen() {
+    let env = Env::start().await;
+    let ws = env.default_workspace().await;
+    let (status, policy) = env
+        .admin_call(
+            Method::POST,
+            "/v1/policies/usage-limits",
+            Some(ADMIN_KEY),
+            Some(json!({
+                "name": "stream usage", "workspace_id": ws, "type": "tokens",
+                "credit_limit": 100000, "group_by": [{"key": "api_key"}],
+                "conditions": [{"key": "workspace_id", "value": ws}]
+            })),
+        )
+        .await;
+    assert_eq!(status, 200, "{policy}");
+    let policy_id = policy["id"].as_str().unwrap().to_owned();
+    let (key, key_id) = env.workspace_key(&ws, json!({})).await;
+    // 1 prompt word and 4 reply words: 5 tokens, as the mock reports them.
+    let body = json!({"model": "mock-model", "stream": true, "max_tokens": 4,
+        "messages": [{"role": "user", "content": "x"}]});
+    let resp = env.chat_as(&key, &body, &[]).await;
+    assert_eq!(resp.status(), 200);
+    let text = resp.text().await.unwrap();
+    assert!(text.contains("[DONE]"), "{text}");
+    assert!(
+        !text.contains("\"usage\":{"),
+        "the client did not ask for usage: {text}"
+    );
+    let sent = env.mock.requests().last().unwrap().json().unwrap();
+    assert_eq!(sent["stream_options"]["include_usage"], true, "{sent}");
+    let used = eventually("the charge", || async {
+        let (_, got) = env
+            .admin_call(
+                Method::GET,
+                &format!("/v1/policies/usage-limits/{policy_id}?include_usage=true"),
+                Some(ADMIN_KEY),
+                None,
+            )
+            .await;
+        got["value_key_usage_map"][format!("api_key:{key_id}")]["current_usage"].as_f64()
+    })
+    .await;
+    assert_eq!(used, 5.0);
+
+    // A client that asks for usage gets it, as it asked.
+    let mut body = body;
+    body["stream_options"] = json!({"include_usage": true});
+    let text = env.chat_as(&key, &body, &[]).await.text().await.unwrap();
+    assert!(text.contains("\"usage\":{"), "{text}");
 }
