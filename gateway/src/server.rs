@@ -250,6 +250,7 @@ pub fn run_until_signal(gw: Arc<Gateway>, on_drained: impl FnOnce() + Send + 'st
     let started = Arc::new(AtomicBool::new(false));
     let server = build_server(gw.clone());
     let gw_for_reload = gw.clone();
+    let drain_timeout = gw.config.drain_timeout;
     let watch_started = started.clone();
     std::thread::Builder::new()
         .name("drain-watch".into())
@@ -269,10 +270,8 @@ pub fn run_until_signal(gw: Arc<Gateway>, on_drained: impl FnOnce() + Send + 'st
                 std::thread::sleep(Duration::from_millis(20));
             }
             tracing::info!("drained; exiting");
-            // The exit skips destructors: write the queued request lines and logs first.
-            plugins::request_log::flush();
-            plugins::limits::batches::flush_all(Duration::from_secs(5));
-            plugins::log_store::flush_all(Duration::from_secs(5));
+            // The exit skips destructors: write what the background writers hold first.
+            write_out(gw.config.drain_timeout);
             on_drained();
             std::process::exit(0);
         })
@@ -281,9 +280,22 @@ pub fn run_until_signal(gw: Arc<Gateway>, on_drained: impl FnOnce() + Send + 'st
     server.run(RunArgs {
         shutdown_signal: Box::new(DrainOnSignal { started }),
     });
+    write_out(drain_timeout);
+}
+
+/// Writes out what the background writers hold before the process exits: request log lines,
+/// Redis settlements and token charges, budget charges and events for the control plane, the
+/// audit events of refused tokens, and the log store's queue. Each wait is bounded by 5 s, and
+/// by the drain timeout when that is shorter.
+fn write_out(drain_timeout: Duration) {
+    let bound = drain_timeout.clamp(Duration::from_millis(100), Duration::from_secs(5));
     plugins::request_log::flush();
-    plugins::limits::batches::flush_all(Duration::from_secs(5));
-    plugins::log_store::flush_all(Duration::from_secs(5));
+    if !plugins::limits::batches::flush_all(bound) {
+        tracing::warn!("exiting before every budget and audit write was made");
+    }
+    if !plugins::log_store::flush_all(bound) {
+        tracing::warn!("exiting before every request log was written");
+    }
 }
 
 /// SIGHUP asks every plugin to reload what it loaded at start (wasm components...); a plugin

@@ -203,3 +203,113 @@ async fn sighup_reloads_plugins_and_keeps_the_old_version_when_reload_fails() {
     let _ = child.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Starts the gateway binary on `config` and waits until it listens on `listen`.
+fn start_binary(config: &std::path::Path, listen: std::net::SocketAddr) -> std::process::Child {
+    let child = Command::new(env!("CARGO_BIN_EXE_gateway"))
+        .env("GW_BOOTSTRAP_ADMIN_KEY", ADMIN_KEY)
+        .args(["serve", "--config"])
+        .arg(config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the gateway binary");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while std::net::TcpStream::connect(listen).is_err() {
+        assert!(
+            Instant::now() < deadline,
+            "the binary did not start listening"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budget_charges_are_written_before_the_process_exits() {
+    let mock = mock_provider::MockProvider::start().await;
+    let listen = gateway::server::free_local_addr();
+    let dir = std::env::temp_dir().join(format!("gw-exit-charges-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("gateway.yaml");
+    // Charges reach the control plane once an hour: only the exit can write this one.
+    std::fs::write(
+        &config,
+        format!(
+            "listen: {listen}\nthreads: 1\nlog: warn\nshutdown: {{drain_timeout_secs: 20}}\ndatabase_url: \"sqlite://{}\"\nproviders:\n  - {{slug: mock, provider: openai, api_key: k, custom_host: \"{}\"}}\npipeline:\n  - kind: auth\n  - kind: provider_select\n  - kind: usage_limit\n    flush_interval_ms: 3600000\n",
+            dir.join("gateway.db").display(),
+            mock.base_url()
+        ),
+    )
+    .unwrap();
+    let mut child = start_binary(&config, listen);
+    let client = reqwest::Client::new();
+    let admin = |method: reqwest::Method, path: &str, body: Option<serde_json::Value>| {
+        let mut req = client
+            .request(method, format!("http://{listen}{path}"))
+            .header("x-gw-api-key", ADMIN_KEY);
+        if let Some(body) = body {
+            req = req.json(&body);
+        }
+        async move {
+            let resp = req.send().await.unwrap();
+            let status = resp.status().as_u16();
+            let body: serde_json::Value = resp.json().await.unwrap();
+            assert_eq!(status, 200, "{body}");
+            body
+        }
+    };
+    let workspaces = admin(reqwest::Method::GET, "/v1/admin/workspaces", None).await;
+    let ws = workspaces["data"][0]["id"].as_str().unwrap().to_owned();
+    let policy = admin(
+        reqwest::Method::POST,
+        "/v1/policies/usage-limits",
+        Some(json!({"name": "exit", "workspace_id": ws, "type": "tokens", "credit_limit": 1000,
+            "conditions": [{"key": "workspace_id", "value": ws}], "group_by": [{"key": "api_key"}]})),
+    )
+    .await;
+    let policy_id = policy["id"].as_str().unwrap().to_owned();
+    let key = admin(
+        reqwest::Method::POST,
+        "/v1/api-keys/workspace/service",
+        Some(json!({"name": "k", "workspace_id": ws, "scopes": ["completions.write"]})),
+    )
+    .await;
+    // 1 prompt word, 4 reply words: 5 tokens.
+    let body = json!({"model": "mock-model", "max_tokens": 4,
+        "messages": [{"role": "user", "content": "x"}]});
+    let resp = client
+        .post(format!("http://{listen}/v1/chat/completions"))
+        .header("x-gw-api-key", key["key"].as_str().unwrap())
+        .header("x-gw-provider", "@mock")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while child.try_wait().unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the gateway did not exit");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // The next start reads the charge from the database.
+    let mut child = start_binary(&config, listen);
+    let got = admin(
+        reqwest::Method::GET,
+        &format!("/v1/policies/usage-limits/{policy_id}?include_usage=true"),
+        None,
+    )
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    let entry = &got["value_key_usage_map"][format!("api_key:{}", key["id"].as_str().unwrap())];
+    assert_eq!(entry["current_usage"], 5.0, "{got}");
+    let _ = std::fs::remove_dir_all(dir);
+}

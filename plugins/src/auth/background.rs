@@ -3,6 +3,8 @@
 //! takes refused tokens off the request path through a bounded queue.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus::IntCounterVec;
@@ -79,6 +81,8 @@ const AUDIT_BATCH: usize = 100;
 #[derive(Clone)]
 pub struct AuditQueue {
     tx: mpsc::Sender<AuditEvent>,
+    /// Events queued and not yet written: the process waits for them at exit.
+    in_flight: Arc<AtomicUsize>,
     /// `gw_auth_audit_events_total{outcome}`: queued, written, failed, dropped.
     events: IntCounterVec,
 }
@@ -92,17 +96,25 @@ impl AuditQueue {
         capacity: usize,
     ) -> AuditQueue {
         let (tx, rx) = mpsc::channel(capacity.max(1));
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        crate::limits::batches::track(&in_flight, None);
         background
             .handle()
-            .spawn(write_audit(rx, sink, events.clone()));
-        AuditQueue { tx, events }
+            .spawn(write_audit(rx, sink, events.clone(), in_flight.clone()));
+        AuditQueue {
+            tx,
+            in_flight,
+            events,
+        }
     }
 
     /// Queues an event without waiting; a full queue drops it (and counts the drop).
     pub fn send(&self, event: AuditEvent) {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
         match self.tx.try_send(event) {
             Ok(()) => self.events.with_label_values(&["queued"]).inc(),
             Err(_) => {
+                self.in_flight.fetch_sub(1, Ordering::SeqCst);
                 self.events.with_label_values(&["dropped"]).inc();
                 tracing::warn!(
                     target: "gateway::auth",
@@ -113,7 +125,12 @@ impl AuditQueue {
     }
 }
 
-async fn write_audit(mut rx: mpsc::Receiver<AuditEvent>, sink: SharedSink, events: IntCounterVec) {
+async fn write_audit(
+    mut rx: mpsc::Receiver<AuditEvent>,
+    sink: SharedSink,
+    events: IntCounterVec,
+    in_flight: Arc<AtomicUsize>,
+) {
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         while batch.len() < AUDIT_BATCH {
@@ -123,7 +140,9 @@ async fn write_audit(mut rx: mpsc::Receiver<AuditEvent>, sink: SharedSink, event
             }
         }
         let n = batch.len() as u64;
-        match sink.audit(batch).await {
+        let written = sink.audit(batch).await;
+        in_flight.fetch_sub(n as usize, Ordering::SeqCst);
+        match written {
             Ok(()) => events.with_label_values(&["written"]).inc_by(n),
             Err(e) => {
                 events.with_label_values(&["failed"]).inc_by(n);

@@ -10,15 +10,17 @@
 //! expires: the loss can only refuse requests early, never let them overspend).
 //!
 //! At shutdown the gateway exits without running destructors: [`flush_all`] first waits (within
-//! a bound) for every queue to be written.
+//! a bound) for every queue to be written, and for the other background writers that
+//! registered what they hold with [`track`] (budget charges for the control plane, the audit
+//! events of refused tokens).
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use tokio::runtime::Handle;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 
 /// The most jobs one flush sends.
 pub const MAX_BATCH: usize = 128;
@@ -33,10 +35,30 @@ pub struct Batches<J> {
     pending: Arc<AtomicUsize>,
 }
 
-/// Every live queue's pending count, for [`flush_all`].
-fn live() -> &'static Mutex<Vec<Weak<AtomicUsize>>> {
-    static LIVE: OnceLock<Mutex<Vec<Weak<AtomicUsize>>>> = OnceLock::new();
+/// A background writer's count of what it holds, and what wakes it.
+type Tracked = (Weak<AtomicUsize>, Option<Weak<Notify>>);
+
+/// Every live writer's pending count, for [`flush_all`].
+fn live() -> &'static Mutex<Vec<Tracked>> {
+    static LIVE: OnceLock<Mutex<Vec<Tracked>>> = OnceLock::new();
     LIVE.get_or_init(Default::default)
+}
+
+static DRAINING: AtomicBool = AtomicBool::new(false);
+
+/// Has [`flush_all`] wait for a background writer too: `pending` counts what it was handed
+/// and has not written yet; `wake`, notified when shutdown begins, makes a writer that writes
+/// on a timer write at once (it checks [`draining`]).
+pub fn track(pending: &Arc<AtomicUsize>, wake: Option<&Arc<Notify>>) {
+    if let Ok(mut live) = live().lock() {
+        live.retain(|(p, _)| p.strong_count() > 0);
+        live.push((Arc::downgrade(pending), wake.map(Arc::downgrade)));
+    }
+}
+
+/// True once shutdown has begun: writers write what they hold without waiting.
+pub fn draining() -> bool {
+    DRAINING.load(Ordering::SeqCst)
 }
 
 impl<J: Send + 'static> Batches<J> {
@@ -80,10 +102,7 @@ impl<J: Send + 'static> Batches<J> {
     {
         let (tx, mut rx) = mpsc::channel::<J>(capacity.max(1));
         let pending = Arc::new(AtomicUsize::new(0));
-        if let Ok(mut live) = live().lock() {
-            live.retain(|p| p.strong_count() > 0);
-            live.push(Arc::downgrade(&pending));
-        }
+        track(&pending, None);
         let in_task = pending.clone();
         let task = async move {
             while let Some(first) = rx.recv().await {
@@ -118,12 +137,18 @@ impl<J: Send + 'static> Batches<J> {
 /// Waits until every queue is written, for `within` at most; `false` if some were not.
 pub fn flush_all(within: Duration) -> bool {
     let started = Instant::now();
+    DRAINING.store(true, Ordering::SeqCst);
+    if let Ok(live) = live().lock() {
+        for wake in live.iter().filter_map(|(_, w)| w.as_ref()?.upgrade()) {
+            wake.notify_one();
+        }
+    }
     loop {
         let left: usize = live()
             .lock()
             .map(|live| {
                 live.iter()
-                    .filter_map(Weak::upgrade)
+                    .filter_map(|(p, _)| p.upgrade())
                     .map(|p| p.load(Ordering::SeqCst))
                     .sum()
             })

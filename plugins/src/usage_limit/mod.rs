@@ -83,7 +83,7 @@ mod report;
 mod tests;
 
 use std::borrow::Cow;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -216,6 +216,8 @@ struct Shared {
     wake_at: usize,
     /// When a store failure was last logged (seconds since the epoch).
     last_warned: AtomicU64,
+    /// Reports handed to the writer and not yet sent: the process waits for them at exit.
+    in_flight: Arc<AtomicUsize>,
 }
 
 impl Drop for Shared {
@@ -235,6 +237,7 @@ impl Shared {
         let Some(reports) = &self.reports else {
             return;
         };
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
         match reports.try_send(report) {
             Ok(()) => {
                 if reports.max_capacity() - reports.capacity() >= self.wake_at {
@@ -242,6 +245,7 @@ impl Shared {
                 }
             }
             Err(e) => {
+                self.in_flight.fetch_sub(1, Ordering::SeqCst);
                 self.metrics.dropped.with_label_values(&["report"]).inc();
                 tracing::warn!(target: "gateway::usage_limit", error = %e,
                     "the usage limit queue is full; settled usage dropped");
@@ -346,9 +350,12 @@ impl UsageLimitPlugin {
         };
         let (tx, rx) = mpsc::channel(config.queue_capacity);
         let wake = Arc::new(tokio::sync::Notify::new());
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        crate::limits::batches::track(&in_flight, Some(&wake));
         let writer = report::run(
             rx,
             wake.clone(),
+            in_flight.clone(),
             cx.sink.clone(),
             metrics.dropped.clone(),
             Duration::from_millis(config.flush_interval_ms),
@@ -370,6 +377,7 @@ impl UsageLimitPlugin {
             wake,
             wake_at: (config.queue_capacity / 4).max(1),
             last_warned: AtomicU64::new(0),
+            in_flight,
         });
         // The task holds `shared` until the plugin drops the queue and it is written out.
         let settlements = shared.ledger.redis().is_some().then(|| {

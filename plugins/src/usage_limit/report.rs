@@ -8,6 +8,7 @@
 //! shows.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use prometheus::IntCounterVec;
@@ -61,15 +62,21 @@ impl Pending {
 /// `flush_every` and when `wake` is notified (the senders do so once the queue holds many
 /// reports), never for each report: a wake-up per request would cost the request threads a
 /// context switch each on a busy machine.
+///
+/// `in_flight` counts the reports handed over and not yet sent (the process waits for it at
+/// exit, see [`crate::limits::batches::flush_all`]); once shutdown begins, each wake-up sends
+/// at once.
 pub async fn run(
     mut rx: mpsc::Receiver<Report>,
     wake: Arc<Notify>,
+    in_flight: Arc<AtomicUsize>,
     sink: SharedSink,
     dropped: IntCounterVec,
     flush_every: Duration,
     capacity: usize,
 ) {
     let mut pending = Pending::default();
+    let mut taken = 0;
     let mut tick = tokio::time::interval(flush_every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -80,6 +87,7 @@ pub async fn run(
         let gone = loop {
             match rx.try_recv() {
                 Ok(report) => {
+                    taken += 1;
                     pending.add_charges(report.charges);
                     pending.events.extend(report.events);
                 }
@@ -89,10 +97,15 @@ pub async fn run(
         };
         if gone {
             flush(&mut pending, &sink, &dropped, 0).await;
+            in_flight.fetch_sub(taken, Ordering::SeqCst);
             return;
         }
-        if on_tick || pending.len() >= FLUSH_AT {
-            flush(&mut pending, &sink, &dropped, capacity).await;
+        let draining = crate::limits::batches::draining();
+        if on_tick || draining || pending.len() >= FLUSH_AT {
+            // At exit nothing is kept for a later flush: there is none.
+            let keep = if draining { 0 } else { capacity };
+            flush(&mut pending, &sink, &dropped, keep).await;
+            in_flight.fetch_sub(std::mem::take(&mut taken), Ordering::SeqCst);
         }
     }
 }
@@ -210,6 +223,7 @@ mod tests {
         let writer = tokio::spawn(run(
             rx,
             wake.clone(),
+            Arc::default(),
             sink.clone(),
             dropped.clone(),
             Duration::from_millis(20),
@@ -260,6 +274,7 @@ mod tests {
         let writer = tokio::spawn(run(
             rx,
             wake.clone(),
+            Arc::default(),
             sink.clone(),
             dropped.clone(),
             Duration::from_secs(3600),
