@@ -41,7 +41,9 @@ pub struct RateLimitConfig {
     #[serde(default)]
     pub on_backend_error: OnBackendError,
     /// Live counters the in-process backend keeps at most (one per key limit, per policy and
-    /// group_by value; roughly 150 bytes each). Default: 1,000,000.
+    /// group_by value; roughly 150 bytes each). Past it, a request that needs a new counter is
+    /// refused (429 `rate_limit_counters_full`), whatever `on_backend_error` says: a full store
+    /// is not a store that is down. Default: 1,000,000.
     #[serde(default = "default_max_counters")]
     pub max_counters: usize,
     /// Prefix of the Redis keys. Default: `gw:rl:`.

@@ -35,6 +35,10 @@ pub enum Decision {
     /// counter whose window frees last; `retry_after_secs` (at least 1) is when all of them
     /// allow the request again if nothing else is counted meanwhile.
     Limited { spec: usize, retry_after_secs: u64 },
+    /// The in-process store holds `max_counters` live counters and this request needs new
+    /// ones: it is refused (a store an attacker can fill must not stop counting), and nothing
+    /// was charged.
+    Full { max_counters: usize },
 }
 
 /// The backend could not answer (Redis unreachable, memory bound reached). The message holds

@@ -8,8 +8,9 @@
 //! Memory stays bounded: a counter whose two windows are both over (older than twice its
 //! window) counts nothing and is dropped, by a sweep of its shard every so many operations
 //! (amortised) and of every shard when `max_counters` live counters exist. If there is still no
-//! room, a request that needs a new counter gets a [`CounterError`] (the plugin's
-//! `on_backend_error` decides) and nothing is charged.
+//! room, a request that needs a new counter is refused ([`Decision::Full`]: a store a
+//! client can fill with made-up metadata values must not stop counting) and nothing is
+//! charged.
 
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -129,16 +130,16 @@ impl MemoryCounters {
         }
     }
 
-    /// Takes room for `n` new counters, sweeping every shard first when full; an error when
+    /// Takes room for `n` new counters, sweeping every shard first when full; `false` when
     /// there is still no room. Called without any shard locked.
-    fn reserve(&self, n: usize, now_ms: u64) -> Result<(), CounterError> {
+    fn reserve(&self, n: usize, now_ms: u64) -> bool {
         if n == 0 {
-            return Ok(());
+            return true;
         }
         for attempt in 0..2 {
             let before = self.live.fetch_add(n, Ordering::AcqRel);
             if before + n <= self.max_counters {
-                return Ok(());
+                return true;
             }
             self.live.fetch_sub(n, Ordering::AcqRel);
             if attempt == 0 {
@@ -148,10 +149,7 @@ impl MemoryCounters {
                 }
             }
         }
-        Err(CounterError(format!(
-            "the in-process rate limit counters are full ({} live counters; raise max_counters)",
-            self.max_counters
-        )))
+        false
     }
 
     /// Gives back room taken by [`MemoryCounters::reserve`] and not used.
@@ -187,7 +185,20 @@ impl MemoryCounters {
         // Room for every counter this call may create, taken before any shard is locked (a
         // full store sweeps every shard). What is not used is given back below.
         let may_create = specs.iter().filter(|s| s.cost > 0).count();
-        self.reserve(may_create, now_ms)?;
+        let mut reserved = may_create;
+        if !self.reserve(may_create, now_ms) {
+            // Full: counters that exist keep counting; only a request that needs new ones
+            // is refused.
+            reserved = specs
+                .iter()
+                .filter(|s| s.cost > 0 && !self.lock(self.shard_of(&s.id)).map.contains_key(&s.id))
+                .count();
+            if !self.reserve(reserved, now_ms) {
+                return Ok(Decision::Full {
+                    max_counters: self.max_counters,
+                });
+            }
+        }
 
         let shard_of: Vec<usize> = specs.iter().map(|s| self.shard_of(&s.id)).collect();
         let mut order = shard_of.clone();
@@ -237,7 +248,11 @@ impl MemoryCounters {
         }
         let dropped: usize = guards.iter_mut().map(|g| g.tick(now_ms)).sum();
         drop(guards);
-        self.release(may_create - created + dropped);
+        // A counter swept since it was counted as existing was made again: it takes room too.
+        if created > reserved {
+            self.live.fetch_add(created - reserved, Ordering::AcqRel);
+        }
+        self.release(reserved.saturating_sub(created) + dropped);
         Ok(decision.unwrap_or(Decision::Allowed))
     }
 
@@ -252,7 +267,12 @@ impl MemoryCounters {
         if amount == 0 {
             return Ok(());
         }
-        self.reserve(1, now_ms)?;
+        if !self.reserve(1, now_ms) {
+            return Err(CounterError(format!(
+                "the in-process rate limit counters are full ({} live counters; raise max_counters)",
+                self.max_counters
+            )));
+        }
         let length = window_secs.saturating_mul(1000).max(1);
         let mut shard = self.lock(self.shard_of(id));
         let mut unused = 1;
@@ -468,10 +488,10 @@ mod tests {
         }
         assert_eq!(c.len(), 4);
         // Full: a fifth counter cannot be created now...
-        let err = c
-            .check_and_charge_now(&[req("k4", 10.0)], T0)
-            .expect_err("full");
-        assert!(err.0.contains("max_counters"), "{err}");
+        assert_eq!(
+            c.check_and_charge_now(&[req("k4", 10.0)], T0).unwrap(),
+            Decision::Full { max_counters: 4 }
+        );
         // ...and nothing was charged by that refused call.
         assert_eq!(c.len(), 4);
         assert_eq!(c.live.load(Ordering::Relaxed), 4);

@@ -580,6 +580,20 @@ fn conclude(
             )
             .with_code("rate_limit_exceeded"));
         }
+        Ok(Decision::Full { max_counters }) => {
+            metrics.limited.inc();
+            metrics.rejections.with_label_values(&["other"]).inc();
+            return Err(GatewayError::new(
+                ErrorKind::RateLimited {
+                    retry_after_secs: 60,
+                },
+                format!(
+                    "Rate limit could not be counted: the gateway's rate limit counters are full \
+                     ({max_counters}); raise the rate_limit plugin's max_counters"
+                ),
+            )
+            .with_code("rate_limit_counters_full"));
+        }
         Err(e) => {
             metrics.error.inc();
             shared.backend_error("check", &e);

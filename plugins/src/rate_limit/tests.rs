@@ -938,3 +938,30 @@ async fn two_instances_share_limits(url: String) {
     let refused = eventually(|| async { !allowed(&b, Some(&tokens), &[]).await }).await;
     assert!(refused, "the other instance sees the spent tokens");
 }
+
+#[tokio::test]
+async fn full_counters_refuse_whatever_on_backend_error_says() {
+    // One live counter at most, and `allow` (meant for a store that is down).
+    let access = TestAccess::with(vec![policy(
+        "pol-1",
+        "ws-1",
+        None,
+        vec![],
+        &["metadata._user"],
+        rpm(100.0),
+    )]);
+    let config = RateLimitConfig {
+        max_counters: 1,
+        ..RateLimitConfig::default()
+    };
+    let (plugin, _) = build_with(access, config);
+    let p = key_principal("k1", "ws-1", vec![]);
+    let mut cx = request(Some(&p), "gpt-4o", &[("_user", "u1")]);
+    run(&plugin, &mut cx).await.expect("the first counter");
+    // Made-up users fill no more counters and get no free pass.
+    let mut cx = request(Some(&p), "gpt-4o", &[("_user", "made-up")]);
+    let err = run(&plugin, &mut cx).await.unwrap_err();
+    assert_eq!(err.status().as_u16(), 429);
+    assert_eq!(err.code.as_deref(), Some("rate_limit_counters_full"));
+    assert!(allowed(&plugin, Some(&p), &[("_user", "u1")]).await);
+}

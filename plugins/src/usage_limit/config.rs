@@ -67,8 +67,9 @@ pub struct UsageLimitConfig {
     #[serde(default = "default_queue_capacity")]
     pub queue_capacity: usize,
     /// The in-process backend's bound on counters (one per budget, policy entity and period);
-    /// past it, after expired counters are swept, new ones fail as `on_backend_error` says.
-    /// Default: 1000000.
+    /// past it, after expired counters are swept, a request that needs a new one is refused
+    /// (412 `budget_counters_full`), whatever `on_backend_error` says: a full store is not a
+    /// store that is down. Default: 1000000.
     #[serde(default = "default_max_counters")]
     pub max_counters: usize,
     /// How often settled usage is sent to the control plane, in milliseconds. Default: 1000.

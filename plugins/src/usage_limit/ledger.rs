@@ -51,6 +51,9 @@ pub enum Reserve {
     Held,
     /// Nothing was reserved: the counter at `index` (of the holds given) has no room.
     Refused { index: usize, used: f64, held: f64 },
+    /// Nothing was reserved: the in-process store holds `max_counters` counters and the
+    /// request needs new ones (a store a client can fill must not stop counting).
+    Full { max_counters: usize },
 }
 
 /// Where budget counters live. Every method is atomic over all the counters it is given.
@@ -209,7 +212,7 @@ impl MemoryLedger {
     }
 
     /// A ledger that keeps at most `max_counters` counters; a reservation that needs more (after
-    /// expired ones are swept) fails like an unreachable store (`on_backend_error`).
+    /// expired ones are swept) is refused ([`Reserve::Full`]).
     pub fn with_max_counters(max_counters: usize) -> MemoryLedger {
         MemoryLedger {
             inner: Mutex::new(MemoryInner {
@@ -237,10 +240,9 @@ impl Ledger for MemoryLedger {
         let now = Instant::now();
         let mut inner = self.lock();
         if !inner.room_for(holds, now) {
-            return Err(format!(
-                "the in-process budget counters are full ({} kept; raise max_counters)",
-                inner.max_counters
-            ));
+            return Ok(Reserve::Full {
+                max_counters: inner.max_counters,
+            });
         }
         Ok(inner.reserve(holds, now))
     }
@@ -401,8 +403,10 @@ mod tests {
         std::thread::sleep(Duration::from_millis(5));
         // `b` expired: swept to make room for `c`.
         assert!(l.reserve(&[hold("c", None)]).await.is_ok());
-        let err = l.reserve(&[hold("d", None)]).await.unwrap_err();
-        assert!(err.contains("max_counters"), "{err}");
+        assert_eq!(
+            l.reserve(&[hold("d", None)]).await.unwrap(),
+            Reserve::Full { max_counters: 2 }
+        );
         assert!(l.get("b").is_none());
     }
 }

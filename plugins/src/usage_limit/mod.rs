@@ -291,6 +291,17 @@ impl Shared {
                     .inc();
                 Err(a.refusal(used, held, amounts[index]))
             }
+            Ok(Reserve::Full { max_counters }) => {
+                self.metrics.rejections.with_label_values(&["other"]).inc();
+                Err(GatewayError::new(
+                    ErrorKind::BudgetExhausted,
+                    format!(
+                        "Usage limit could not be counted: the gateway's budget counters are \
+                         full ({max_counters}); raise the usage_limit plugin's max_counters"
+                    ),
+                )
+                .with_code("budget_counters_full"))
+            }
             Err(e) => {
                 self.warn_backend("reserve", &e);
                 match on_error {

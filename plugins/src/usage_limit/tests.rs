@@ -1549,3 +1549,27 @@ async fn an_answer_from_an_unpriced_model_is_charged_its_reservation() {
         1
     );
 }
+
+#[tokio::test]
+async fn full_counters_refuse_whatever_on_backend_error_says() {
+    // Two counters at most; `allow` is for a store that is down, not for one that is full.
+    let e = env_with(
+        json!({"backend": "memory", "max_counters": 2, "on_backend_error": "allow"}),
+        None,
+    );
+    let p = |key: &str| principal(vec![budget(key, limit(UsageKind::Requests, 100.0))]);
+    for key in ["api_key:a", "api_key:b"] {
+        let mut cx = chat(Some(p(key)), 10);
+        e.plugin.on_request(&mut cx).await.expect("room");
+    }
+    let err = refused(&e.plugin, &mut chat(Some(p("api_key:c")), 10)).await;
+    assert_eq!(err.status().as_u16(), 412);
+    assert_eq!(err.code.as_deref(), Some("budget_counters_full"));
+    assert!(err.message.contains("max_counters"), "{}", err.message);
+    // Counters that exist keep counting.
+    let mut cx = chat(Some(p("api_key:a")), 10);
+    e.plugin
+        .on_request(&mut cx)
+        .await
+        .expect("an existing counter");
+}
