@@ -214,4 +214,32 @@ mod tests {
             0
         );
     }
+
+    proptest::proptest! {
+        #[test]
+        fn any_split_of_any_stream_gives_the_same_events(
+            stream in proptest::collection::vec(
+                proptest::sample::select(b"data: x\n\r:{}".to_vec()), 0..200),
+            cuts in proptest::collection::vec(0usize..200, 0..8),
+        ) {
+            let mut whole = EventSplitter::default();
+            let mut expected = whole.push(&stream).to_vec();
+            expected.extend_from_slice(&whole.finish());
+            let mut cuts: Vec<usize> = cuts.into_iter().map(|c| c.min(stream.len())).collect();
+            cuts.sort_unstable();
+            let mut split = EventSplitter::default();
+            let mut got = Vec::new();
+            let mut from = 0;
+            for cut in cuts.into_iter().chain([stream.len()]) {
+                let events = split.push(&stream[from..cut]);
+                proptest::prop_assert!(
+                    events.is_empty() || events.ends_with(b"\n\n") || events.ends_with(b"\n\r\n")
+                );
+                got.extend_from_slice(&events);
+                from = cut;
+            }
+            got.extend_from_slice(&split.finish());
+            proptest::prop_assert_eq!(got, expected);
+        }
+    }
 }

@@ -443,3 +443,35 @@ impl Fields {
         self.0.update(&(n as u64).to_be_bytes());
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    proptest::proptest! {
+        /// The same request with its fields in another order, or spaced otherwise, has the
+        /// same canonical body.
+        #[test]
+        fn canonical_bodies_do_not_depend_on_field_order(
+            fields in proptest::collection::btree_map("[a-e]{1,3}", 0i64..4, 0..6),
+            nested in proptest::collection::btree_map("[x-z]{1,2}", "[a-c]{0,3}", 0..4),
+        ) {
+            let object = |reverse: bool| {
+                let mut parts: Vec<String> = fields.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+                let mut inner: Vec<String> = nested.iter().map(|(k, v)| format!("\"{k}\": \"{v}\"")).collect();
+                if reverse {
+                    parts.reverse();
+                    inner.reverse();
+                }
+                parts.push(format!("\"n\":{{{}}}", inner.join(" , ")));
+                if reverse {
+                    parts.rotate_left(1);
+                }
+                format!("{{ {} }}", parts.join(","))
+            };
+            let a = canonical_body(object(false).as_bytes(), &Map::new()).unwrap();
+            let b = canonical_body(object(true).as_bytes(), &Map::new()).unwrap();
+            proptest::prop_assert_eq!(a, b);
+        }
+    }
+}

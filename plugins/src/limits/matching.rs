@@ -547,4 +547,22 @@ mod tests {
             (Some("slug-h"), Some("slug-h"))
         );
     }
+
+    proptest::proptest! {
+        /// Two different value tuples of one policy never share a counter.
+        #[test]
+        fn value_keys_are_injective(
+            keys in proptest::collection::vec("metadata\\.[a-c|:]{1,3}", 1..4),
+            a in proptest::collection::vec("[a|:\\\\]{0,4}", 4),
+            b in proptest::collection::vec("[a|:\\\\]{0,4}", 4),
+        ) {
+            let key_of = |values: &[String]| {
+                plugin_sdk::access::value_key(
+                    keys.iter().zip(values).map(|(k, v)| (k.as_str(), v.as_str())),
+                )
+            };
+            let (a, b) = (&a[..keys.len()], &b[..keys.len()]);
+            proptest::prop_assert_eq!(a == b, key_of(a) == key_of(b));
+        }
+    }
 }

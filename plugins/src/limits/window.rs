@@ -318,4 +318,35 @@ mod tests {
             }
         }
     }
+
+    proptest::proptest! {
+        /// With nothing more counted, the sliding window's estimate never grows as time goes
+        /// on, and once the wait `retry_after_ms` names has passed the cost is allowed.
+        #[test]
+        fn windows_slide_monotonically_and_retry_after_is_enough(
+            length in 1u64..120_000,
+            now in 0u64..10_000_000,
+            step in 0u64..300_000,
+            current in 0u64..50,
+            previous in 0u64..50,
+            limit in 1u64..60,
+            cost in 0u64..5,
+        ) {
+            let at = |t: u64| {
+                // The counts as they stand at `t`: windows roll over.
+                match index(t, length) - index(now, length) {
+                    0 => estimate(t, length, current, previous),
+                    1 => estimate(t, length, 0, current),
+                    _ => 0.0,
+                }
+            };
+            proptest::prop_assert!(at(now + step) <= at(now) + 1e-9);
+            if let Some(wait) = retry_after_ms(now, length, current, previous, limit as f64, cost) {
+                proptest::prop_assert!(
+                    allows(at(now + wait), limit as f64 + 1e-9, cost),
+                    "after {} ms: {}", wait, at(now + wait)
+                );
+            }
+        }
+    }
 }

@@ -409,4 +409,63 @@ mod tests {
         );
         assert!(l.get("b").is_none());
     }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Reserve { counter: usize, amount: f64 },
+        Settle { which: usize, actual: f64 },
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (0usize..3, 0.0f64..6.0).prop_map(|(counter, amount)| Op::Reserve { counter, amount }),
+            (0usize..50, 0.0f64..6.0).prop_map(|(which, actual)| Op::Settle { which, actual }),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Under any sequence of reservations and settlements: nothing is held below zero,
+        /// what is held is exactly what reservations in flight hold, what is used is exactly
+        /// what was settled, and a reservation never takes a counter past its limit.
+        #[test]
+        fn the_ledger_neither_loses_spend_nor_holds_below_zero(
+            ops in proptest::collection::vec(op(), 0..60),
+        ) {
+            const LIMIT: f64 = 20.0;
+            let now = Instant::now();
+            let mut inner = MemoryInner::default();
+            let keys = ["a", "b", "c"];
+            let mut in_flight: Vec<(usize, f64)> = Vec::new();
+            let mut used = [0.0f64; 3];
+            for op in ops {
+                match op {
+                    Op::Reserve { counter, amount } => {
+                        let h = Hold { key: keys[counter].into(), seed: 0.0, amount, limit: LIMIT, ttl: None };
+                        if inner.reserve(std::slice::from_ref(&h), now) == Reserve::Held {
+                            in_flight.push((counter, amount));
+                            let (u, held) = (inner.counters[keys[counter]].used, inner.counters[keys[counter]].held);
+                            proptest::prop_assert!(u + held <= LIMIT + EPSILON || u >= LIMIT - EPSILON);
+                        }
+                    }
+                    Op::Settle { which, actual } => {
+                        if in_flight.is_empty() {
+                            continue;
+                        }
+                        let (counter, reserved) = in_flight.remove(which % in_flight.len());
+                        let s = Settle { key: keys[counter].into(), seed: 0.0, actual, reserved, ttl: None };
+                        inner.settle(std::slice::from_ref(&s), now);
+                        used[counter] += actual;
+                    }
+                }
+                for (i, key) in keys.iter().enumerate() {
+                    let Some(c) = inner.counters.get(*key) else { continue };
+                    let holding: f64 = in_flight.iter().filter(|(k, _)| *k == i).map(|(_, a)| a).sum();
+                    proptest::prop_assert!(c.held >= 0.0);
+                    proptest::prop_assert!((c.held - holding).abs() < 1e-6, "held {} != {}", c.held, holding);
+                    proptest::prop_assert!((c.used - used[i]).abs() < 1e-6);
+                }
+            }
+        }
+    }
 }
