@@ -139,6 +139,10 @@ impl Gateway {
                 .listen(addr)
                 .map_err(|e| ConfigErrors(vec![ConfigIssue::new("admin_listen", e.message)]))?;
         }
+        if let Some(url) = &config.redis_url {
+            plugins::limits::redis::refuse_a_cluster_node(url, Duration::from_secs(2))
+                .map_err(|e| ConfigErrors(vec![ConfigIssue::new("redis_url", e)]))?;
+        }
         let saved = control_plane.store().published();
         let providers: Arc<dyn ProviderStore> = Arc::new(FileFirst(
             YamlProviders::from_config(&config),

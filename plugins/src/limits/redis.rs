@@ -505,6 +505,36 @@ pub async fn test_proxy(
     format!("redis://{addr}")
 }
 
+/// Refuses a plain `redis://` (`rediss://`) URL that names one node of a Redis Cluster: the
+/// gateway would reach only that node's slots, and every counter elsewhere would fail as if
+/// Redis were down. Asked once at start, within `timeout`; a server that cannot be reached
+/// then is no reason to refuse (the plugins' `on_backend_error` applies while it is down).
+pub fn refuse_a_cluster_node(url: &str, timeout: Duration) -> Result<(), String> {
+    if url.contains("+cluster://") {
+        return Ok(());
+    }
+    let Ok(client) = redis::Client::open(url) else {
+        return Ok(());
+    };
+    let Ok(mut conn) = client.get_connection_with_timeout(timeout) else {
+        return Ok(());
+    };
+    let _ = conn.set_read_timeout(Some(timeout));
+    let info: String = redis::cmd("INFO")
+        .arg("cluster")
+        .query(&mut conn)
+        .unwrap_or_default();
+    if info.contains("cluster_enabled:1") {
+        return Err(
+            "the Redis server is a node of a Redis Cluster: name the cluster as \
+             redis+cluster://host:port[,host:port...] so that each request's counters are \
+             kept on one node"
+                .to_owned(),
+        );
+    }
+    Ok(())
+}
+
 /// A private Redis Cluster for tests: three primaries on loopback ports of their own, started
 /// with the machine's `redis-server` and `redis-cli` when `GW_TEST_REDIS_URL` is set (Redis
 /// tests are on), stopped by PID when dropped.
@@ -674,6 +704,27 @@ mod tests {
         assert!(k.starts_with("sha256:") && k.len() == 71, "{k}");
         assert_eq!(key_part(&long), k, "stable");
         assert_ne!(key_part(&"y".repeat(500)), k);
+    }
+
+    #[test]
+    fn a_node_of_a_cluster_named_as_one_server_is_refused_at_start() {
+        let timeout = Duration::from_secs(2);
+        // Nothing listens: no reason to refuse.
+        refuse_a_cluster_node("redis://127.0.0.1:1", timeout).unwrap();
+        let Some(single) = test_url() else { return };
+        refuse_a_cluster_node(&single, timeout).unwrap();
+        let Some(cluster) = test_cluster() else {
+            return;
+        };
+        refuse_a_cluster_node(&cluster.url, timeout).unwrap();
+        let node = cluster
+            .url
+            .trim_start_matches("redis+cluster://")
+            .split(',')
+            .next()
+            .unwrap();
+        let err = refuse_a_cluster_node(&format!("redis://{node}"), timeout).unwrap_err();
+        assert!(err.contains("redis+cluster://"), "{err}");
     }
 
     #[tokio::test]
