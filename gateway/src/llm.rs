@@ -27,9 +27,6 @@ use crate::server::Gateway;
 use crate::sse::{self, EventSplitter};
 use crate::upstream::{Endpoint, Exchange};
 
-/// The largest non-streamed answer the gateway accepts from a provider.
-const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
-
 /// The most upstream calls one request makes, over every fallback target and retry of its
 /// config: however a config nests groups and retries, one request cannot become a flood.
 pub const MAX_UPSTREAM_ATTEMPTS: u32 = 16;
@@ -453,7 +450,7 @@ async fn call(
                 call: call_info,
             });
         }
-        let body = exchange.read_to_end(MAX_ANSWER_BYTES).await?;
+        let body = exchange.read_to_end(gw.config.max_answer_bytes).await?;
         Ok(Answer {
             exchange,
             body: Some(body),

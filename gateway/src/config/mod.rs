@@ -26,6 +26,8 @@ pub const DEFAULT_DATABASE_URL: &str = "sqlite://gateway.db";
 
 /// The default request body limit: 32 MiB, room for long contexts and inline images.
 pub const DEFAULT_MAX_BODY_BYTES: usize = 32 * 1024 * 1024;
+/// `max_answer_bytes` when the file does not say.
+pub const DEFAULT_MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
 
 /// A validated gateway configuration.
 #[derive(Debug, Clone)]
@@ -39,6 +41,9 @@ pub struct GatewayConfig {
     /// Worker threads of the proxy service.
     pub threads: usize,
     pub max_body_bytes: usize,
+    /// The largest whole (non-stream) answer read from a provider (`max_answer_bytes`); a larger
+    /// one is a 502. Default: 64 MiB.
+    pub max_answer_bytes: usize,
     pub upstream: UpstreamTimeouts,
     /// How long shutdown waits for in-flight requests and streams.
     pub drain_timeout: Duration,
@@ -232,6 +237,14 @@ fn validate(json: Value, overrides: &Overrides) -> Result<GatewayConfig, ConfigE
         Some(n) => n,
         None => DEFAULT_MAX_BODY_BYTES,
     };
+    let max_answer_bytes = match raw.max_answer_bytes {
+        Some(0) => {
+            issues.push(ConfigIssue::new("max_answer_bytes", "must be at least 1"));
+            0
+        }
+        Some(n) => n,
+        None => DEFAULT_MAX_ANSWER_BYTES,
+    };
     let defaults = UpstreamTimeouts::default();
     let mut ms = |path: &str, value: Option<u64>, default: Duration| match value {
         Some(0) => {
@@ -416,6 +429,7 @@ fn validate(json: Value, overrides: &Overrides) -> Result<GatewayConfig, ConfigE
         admin_on_main_listener,
         threads,
         max_body_bytes,
+        max_answer_bytes,
         upstream,
         drain_timeout: Duration::from_secs(raw.shutdown.drain_timeout_secs.unwrap_or(30)),
         database_url,

@@ -27,6 +27,9 @@ pub struct RawGatewayConfig {
     /// Largest request body accepted on LLM routes; larger is a 413. Default: 32 MiB.
     #[serde(default)]
     pub max_body_bytes: Option<usize>,
+    /// Largest whole (non-stream) answer read from a provider; larger is a 502. Default: 64 MiB.
+    #[serde(default)]
+    pub max_answer_bytes: Option<usize>,
     #[serde(default)]
     pub upstream: RawUpstream,
     #[serde(default)]

@@ -146,3 +146,19 @@ async fn a_large_body_without_a_valid_key_is_refused_unread() {
         assert!(text.starts_with("HTTP/1.1 401"), "{text}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_whole_answer_over_max_answer_bytes_is_a_502() {
+    let env = Env::start_with("max_answer_bytes: 100\n").await;
+    let resp = env
+        .chat(hello("a few words are more than a hundred bytes of answer"))
+        .await;
+    let body = expect_error(resp, 502, None).await;
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("larger than 100 bytes"),
+        "{body}"
+    );
+}
