@@ -1573,3 +1573,92 @@ async fn full_counters_refuse_whatever_on_backend_error_says() {
         .await
         .expect("an existing counter");
 }
+
+/// A private `redis-server` on `port` (no persistence), stopped by PID when dropped.
+struct PrivateRedis(std::process::Child);
+
+impl PrivateRedis {
+    fn start(port: u16) -> PrivateRedis {
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server (scripts/test installs it for the Redis tests)");
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "the private redis-server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        PrivateRedis(child)
+    }
+}
+
+impl Drop for PrivateRedis {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Redis goes down between a reservation and its settlement, and comes back: the settlement is
+/// retried and lands; a request admitted while Redis is down (`on_backend_error: allow`) is
+/// let through unchecked and its spend is still counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_settlement_across_a_redis_restart_is_retried_and_lands() {
+    if crate::limits::redis::test_url().is_none() {
+        return;
+    }
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut redis = Some(PrivateRedis::start(port));
+    let url = format!("redis://127.0.0.1:{port}");
+    let e = env_with(
+        json!({"backend": "redis", "on_backend_error": "allow"}),
+        Some(url.clone()),
+    );
+    let budget_id = format!("api_key:{}", uuid::Uuid::new_v4());
+    let p = principal(vec![budget(&budget_id, limit(UsageKind::Tokens, 1000.0))]);
+
+    let mut a = chat(Some(p.clone()), 10);
+    admit(&e.plugin, &mut a).await.expect("reserved");
+    drop(redis.take()); // Redis stops.
+    finish(&e.plugin, &mut a, 200, Some((2, 8))).await;
+    // While it is down: let through unchecked, counted as a store error.
+    let mut b = chat(Some(p.clone()), 10);
+    admit(&e.plugin, &mut b).await.expect("allowed unchecked");
+    finish(&e.plugin, &mut b, 200, Some((1, 4))).await;
+    assert!(
+        metric(
+            &e.registry,
+            "gw_usage_limit_backend_errors_total",
+            "reserve"
+        ) >= 1
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _back = PrivateRedis::start(port);
+
+    // The control plane gets both spends, and the restarted Redis the settled usage.
+    eventually("both charges", || e.sink.charged(&budget_id) == 15.0).await;
+    let client = ::redis::Client::open(url).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let keys: Vec<String> = ::redis::cmd("KEYS")
+        .arg(format!("*{budget_id}*"))
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let (used, held): (f64, f64) = ::redis::cmd("HMGET")
+        .arg(&keys[0])
+        .arg("used")
+        .arg("held")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((used, held), (15.0, 0.0));
+}
