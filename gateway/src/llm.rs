@@ -85,10 +85,19 @@ pub async fn handle(gw: &Gateway, session: &mut Session, cx: &mut RequestCx) {
 }
 
 async fn run(gw: &Gateway, session: &mut Session, cx: &mut RequestCx) -> Result<(), GatewayError> {
-    // The caller is known (or refused) before a byte of the body is read.
-    if let Flow::Respond(r) = gw.pipeline.on_request_headers(cx).await? {
-        Box::pin(respond::plugin(session, cx, r)).await;
-        return Ok(());
+    // The caller is known (or refused) before a byte of the body is read; a refused
+    // connection is closed rather than kept, so its body is never read to reuse it.
+    match gw.pipeline.on_request_headers(cx).await {
+        Ok(Flow::Continue) => {}
+        Ok(Flow::Respond(r)) => {
+            session.set_keepalive(None);
+            Box::pin(respond::plugin(session, cx, r)).await;
+            return Ok(());
+        }
+        Err(e) => {
+            session.set_keepalive(None);
+            return Err(e);
+        }
     }
     if cx.route == Route::FineTuningJobs {
         request::check_fine_tuning_query(cx.query.as_deref())?;
@@ -841,9 +850,8 @@ async fn relay_stream(
             data
         };
         if !data.is_empty() {
-            if cx.response.usage.is_none() {
-                cx.response.relayed_text_chars += sse::text_chars(&data);
-            }
+            // Counted even once usage came: a stream cut short is charged at least this.
+            cx.response.relayed_text_chars += sse::text_chars(&data);
             let mut chunk = Chunk { data };
             match gw.pipeline.on_chunk(cx, &mut chunk) {
                 Ok(Flow::Continue) => {

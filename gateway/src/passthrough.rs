@@ -35,7 +35,7 @@ pub struct AnswerSummary {
     tail: Vec<u8>,
 }
 
-const HEAD_BYTES: usize = 4 * 1024;
+const HEAD_BYTES: usize = 16 * 1024;
 const TAIL_BYTES: usize = 64 * 1024;
 
 impl AnswerSummary {
@@ -76,41 +76,60 @@ impl AnswerSummary {
         }
     }
 
-    /// The usage of the last `"usage"` object: `input_tokens`/`output_tokens` (Responses,
-    /// Messages) or `prompt_tokens`/`completion_tokens` (Completions, Chat).
+    /// The usage the answer reports: over every `"usage"` object in its tail, the largest
+    /// `input_tokens` / `prompt_tokens` and the largest `output_tokens` /
+    /// `completion_tokens` (Anthropic's streams report the two in different events; a
+    /// client's own metadata named `usage` can only make the charge larger).
     pub fn usage(&self) -> Option<plugin_sdk::Usage> {
-        let at = memchr::memmem::rfind(&self.tail, b"\"usage\"")?;
-        let rest = &self.tail[at + b"\"usage\"".len()..];
-        let colon = rest.iter().position(|b| !b.is_ascii_whitespace())?;
-        let rest = rest[colon..].strip_prefix(b":")?;
-        let value = serde_json::Deserializer::from_slice(rest)
-            .into_iter::<serde_json::Value>()
-            .next()?
-            .ok()?;
-        let count = |names: [&str; 2]| {
-            names
-                .iter()
-                .find_map(|n| value.get(*n).and_then(serde_json::Value::as_u64))
-        };
-        let prompt = count(["input_tokens", "prompt_tokens"]);
-        let completion = count(["output_tokens", "completion_tokens"]);
-        if prompt.is_none() && completion.is_none() {
-            return None;
+        // Exactly the answer's last TAIL_BYTES, however it was cut into reads.
+        let tail = &self.tail[self.tail.len().saturating_sub(TAIL_BYTES)..];
+        let mut found: Option<plugin_sdk::Usage> = None;
+        for at in memchr::memmem::find_iter(tail, b"\"usage\"") {
+            let Some(rest) = value_after_key(&tail[at + b"\"usage\"".len()..]) else {
+                continue;
+            };
+            let Some(Ok(value)) = serde_json::Deserializer::from_slice(rest)
+                .into_iter::<serde_json::Value>()
+                .next()
+            else {
+                continue;
+            };
+            let count = |names: [&str; 2]| {
+                names
+                    .iter()
+                    .find_map(|n| value.get(*n).and_then(serde_json::Value::as_u64))
+            };
+            let (prompt, completion) = (
+                count(["input_tokens", "prompt_tokens"]),
+                count(["output_tokens", "completion_tokens"]),
+            );
+            if prompt.is_none() && completion.is_none() {
+                continue;
+            }
+            let u = found.get_or_insert_with(Default::default);
+            u.prompt_tokens = u.prompt_tokens.max(prompt.unwrap_or(0));
+            u.completion_tokens = u.completion_tokens.max(completion.unwrap_or(0));
         }
-        Some(plugin_sdk::Usage {
-            prompt_tokens: prompt.unwrap_or(0),
-            completion_tokens: completion.unwrap_or(0),
-        })
+        found
     }
 
-    /// The first `"model"` string of the answer.
+    /// The first `"model"` string of the answer's head.
     pub fn model(&self) -> Option<String> {
-        let key = b"\"model\":\"";
-        let at = memchr::memmem::find(&self.head, key)? + key.len();
-        let end = at + memchr::memchr(b'"', &self.head[at..])?;
-        let model = std::str::from_utf8(&self.head[at..end]).ok()?;
-        (!model.is_empty() && !model.contains('\\')).then(|| model.to_owned())
+        memchr::memmem::find_iter(&self.head, b"\"model\"").find_map(|at| {
+            let rest = value_after_key(&self.head[at + b"\"model\"".len()..])?;
+            let rest = rest.strip_prefix(b"\"")?;
+            let end = memchr::memchr(b'"', rest)?;
+            let model = std::str::from_utf8(&rest[..end]).ok()?;
+            (!model.is_empty() && !model.contains('\\')).then(|| model.to_owned())
+        })
     }
+}
+
+/// What follows a JSON key: the bytes after its colon and the spaces around it; `None` when
+/// no colon follows (the text was a value, not a key).
+fn value_after_key(rest: &[u8]) -> Option<&[u8]> {
+    let rest = rest.trim_ascii_start().strip_prefix(b":")?;
+    Some(rest.trim_ascii_start())
 }
 
 /// Runs the request phase and picks the target; a plugin may answer instead.
@@ -243,6 +262,10 @@ pub fn rewrite_request(target: &PassthroughTarget, req: &mut RequestHeader) -> p
         req.remove_header(&name);
     }
     req.insert_header(http::header::HOST, target.endpoint.authority())?;
+    // A POST's answer is read for its usage on the way: it must come uncompressed.
+    if req.method == http::Method::POST {
+        req.insert_header(http::header::ACCEPT_ENCODING, "identity")?;
+    }
     if let Some((name, value)) = &target.auth {
         req.insert_header(*name, value.as_str())?;
     }
@@ -284,6 +307,20 @@ mod tests {
         let mut none = AnswerSummary::default();
         none.push(br#"{"data":[{"url":"https://x/usage"}],"usage":null}"#);
         assert!(none.usage().is_none());
+        // Spaced JSON; a client's metadata named usage after the real one; Anthropic's two
+        // usage events.
+        let mut spaced = AnswerSummary::default();
+        spaced.push(
+            br#"{"model" : "gpt-4.1", "usage": {"input_tokens": 9, "output_tokens": 2}, "metadata": {"usage": "x"}}"#,
+        );
+        assert_eq!(spaced.model().as_deref(), Some("gpt-4.1"));
+        let u = spaced.usage().unwrap();
+        assert_eq!((u.prompt_tokens, u.completion_tokens), (9, 2));
+        let mut split = AnswerSummary::default();
+        split.push(b"data: {\"type\":\"message_start\",\"message\":{\"model\":\"claude\",\"usage\":{\"input_tokens\":25,\"output_tokens\":1}}}\n\n\
+                     data: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":40}}\n\n");
+        let u = split.usage().unwrap();
+        assert_eq!((u.prompt_tokens, u.completion_tokens), (25, 40));
     }
 
     #[test]

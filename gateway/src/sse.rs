@@ -66,7 +66,7 @@ fn last_event_end(buf: &[u8], from: usize) -> Option<usize> {
 
 /// Characters of generated text in stream events: the JSON string values of the fields that
 /// carry it (`content`, `text`, `arguments`, `partial_json`, `thinking`, `refusal`,
-/// `reasoning_content`), as written, escapes counted as one character.
+/// `reasoning_content`), escapes (`\n`, `\uXXXX`) counted as one character.
 pub fn text_chars(events: &[u8]) -> u64 {
     const FIELDS: [&[u8]; 7] = [
         b"\"content\":\"",
@@ -93,6 +93,8 @@ fn string_chars(body: &[u8]) -> u64 {
     while i < body.len() {
         match body[i] {
             b'"' => break,
+            // An escape is one character: `\uXXXX` as well as `\n`.
+            b'\\' if body.get(i + 1) == Some(&b'u') => i += 5,
             b'\\' => i += 1,
             // UTF-8 continuation bytes are part of the character before them.
             b if b & 0xC0 == 0x80 => {
@@ -206,9 +208,9 @@ mod tests {
     fn generated_text_is_counted_in_characters() {
         let events = "data: {\"choices\":[{\"delta\":{\"content\":\"héllo \\\"x\\\"\"}}]}\n\n\
                       data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"function\":{\"arguments\":\"{}\"}}]}}]}\n\n\
-                      data: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"ab\"}}\n\n";
-        // "héllo \"x\"" is 9 characters, "{}" 2, "ab" 2.
-        assert_eq!(text_chars(events.as_bytes()), 13);
+                      data: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"a\\u00e9b\"}}\n\n";
+        // "héllo \"x\"" is 9 characters, "{}" 2, "a\u00e9b" 3.
+        assert_eq!(text_chars(events.as_bytes()), 14);
         assert_eq!(
             text_chars(b"data: {\"usage\":{\"prompt_tokens\":3}}\n\n"),
             0

@@ -74,8 +74,8 @@ pub struct ResponseInfo {
     /// Whether the answer was relayed as a server-sent event stream.
     pub streamed: bool,
     /// Characters of generated text (content, text, tool arguments, thinking) the gateway
-    /// relayed in a stream before its usage arrived: what a stream whose provider never
-    /// reported usage (a client that left, a provider that does not say) is charged for.
+    /// relayed in a stream: a stream cut short (a client that left, a provider that dropped it
+    /// or never reports usage) is charged at least this (characters / 4 tokens).
     pub relayed_text_chars: u64,
     /// The error message, when the request failed.
     pub error: Option<String>,

@@ -47,19 +47,42 @@ pub fn encode(out: &Outgoing<'_>) -> Result<Encoded, GatewayError> {
 }
 
 /// Whether the gateway asks the provider for the usage of a chat stream the client did not
-/// ask it for (`stream_options.include_usage`), so that budgets are charged what was spent:
-/// OpenAI and Azure OpenAI, which take the option, when the request says nothing of
-/// `stream_options` (a client that set it otherwise keeps its choice). The chunk is taken out
-/// again before the client sees it ([`without_usage_chunks`]).
+/// ask it for (`stream_options.include_usage`), so that budgets are charged what was spent
+/// (also when the client turned it off, which would otherwise let it choose its charge):
+/// OpenAI, and Azure OpenAI from API version 2024-09-01 (older versions refuse the option).
+/// The chunk is taken out again before the client sees it ([`without_usage_chunks`]).
 pub fn adds_stream_usage(out: &Outgoing<'_>) -> bool {
-    matches!(out.spec.id, "openai" | "azure-openai")
-        && matches!(out.request, LlmRequest::Chat(c) if c.stream == Some(true) && c.stream_options.is_none())
-        && memmem::find(out.raw, b"\"stream_options\"").is_none()
+    let takes_option = match out.spec.id {
+        "openai" => true,
+        "azure-openai" => {
+            let version = out
+                .target
+                .setting("azure_api_version")
+                .unwrap_or(AZURE_DEFAULT_API_VERSION);
+            version.get(..10).is_some_and(|date| date >= "2024-09-01")
+        }
+        _ => false,
+    };
+    takes_option
+        && matches!(out.request, LlmRequest::Chat(c) if c.stream == Some(true) && !c.wants_stream_usage())
 }
 
-/// The body with `"stream_options":{"include_usage":true}` as its first field.
+/// The body with `stream_options.include_usage` true: inserted as the first field when the
+/// body has no `stream_options` (no re-encoding), else set in the decoded body.
 fn with_stream_usage(raw: &Bytes) -> Bytes {
     const OPTION: &[u8] = b"\"stream_options\":{\"include_usage\":true}";
+    if memmem::find(raw, b"\"stream_options\"").is_some() {
+        let Ok(mut body) = serde_json::from_slice::<Map<String, Value>>(raw) else {
+            return raw.clone();
+        };
+        let mut options = match body.remove("stream_options") {
+            Some(Value::Object(o)) => o,
+            _ => Map::new(),
+        };
+        options.insert("include_usage".into(), Value::Bool(true));
+        body.insert("stream_options".into(), Value::Object(options));
+        return serde_json::to_vec(&body).map_or_else(|_| raw.clone(), Bytes::from);
+    }
     let Some(open) = raw.iter().position(|b| *b == b'{') else {
         return raw.clone();
     };
@@ -86,11 +109,14 @@ pub fn without_usage_chunks(events: Bytes) -> Bytes {
     let mut kept = Vec::with_capacity(events.len());
     let mut rest = &events[..];
     while !rest.is_empty() {
-        // One event: up to and including its blank line.
-        let end = memmem::find(rest, b"\n\n")
-            .map(|i| i + 2)
-            .or_else(|| memmem::find(rest, b"\r\n\r\n").map(|i| i + 4))
-            .unwrap_or(rest.len());
+        // One event: up to and including its blank line ("\n\n" or "\n\r\n", whichever
+        // comes first, as the splitter cuts them).
+        let lf = memmem::find(rest, b"\n\n").map(|i| i + 2);
+        let crlf = memmem::find(rest, b"\n\r\n").map(|i| i + 3);
+        let end = match (lf, crlf) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b).unwrap_or(rest.len()),
+        };
         let event = &rest[..end];
         let usage_only = memmem::find(event, b"\"choices\":[]").is_some()
             && memmem::find(event, b"\"usage\":{").is_some();
@@ -274,6 +300,12 @@ mod tests {
         let body: Value =
             serde_json::from_slice(&with_stream_usage(&Bytes::from_static(b" { } "))).unwrap();
         assert_eq!(body, json!({"stream_options": {"include_usage": true}}));
+        // A client that turned it off, or sent null, does not choose its own charge.
+        for sent in [json!({"include_usage": false}), Value::Null] {
+            let raw = Bytes::from(json!({"model": "a", "stream_options": sent}).to_string());
+            let body: Value = serde_json::from_slice(&with_stream_usage(&raw)).unwrap();
+            assert_eq!(body["stream_options"]["include_usage"], true, "{sent}");
+        }
 
         let events = Bytes::from_static(
             b"data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\":null}\n\n\

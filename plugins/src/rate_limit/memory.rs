@@ -13,7 +13,7 @@
 //! charged.
 
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use async_trait::async_trait;
@@ -21,6 +21,9 @@ use plugin_sdk::{FastMap, FastState};
 
 use super::counters::{latest_refusal, CounterError, CounterSpec, Counters, Decision};
 use crate::limits::window;
+
+/// A full store sweeps every shard at most this often.
+const FULL_SWEEP_EVERY_MS: u64 = 1_000;
 
 /// Shards at most; fewer when `max_counters` is smaller.
 const SHARDS: usize = 64;
@@ -113,6 +116,9 @@ pub struct MemoryCounters {
     max_counters: usize,
     /// Live counters now (stored and not yet swept).
     live: AtomicUsize,
+    /// When a full store last swept every shard (ms): at most once a second, so that a store
+    /// kept full by made-up values does not cost every request a sweep of every counter.
+    last_full_sweep_ms: AtomicU64,
     hasher: FastState,
 }
 
@@ -126,6 +132,7 @@ impl MemoryCounters {
                 .collect(),
             max_counters,
             live: AtomicUsize::new(0),
+            last_full_sweep_ms: AtomicU64::new(0),
             hasher: FastState::default(),
         }
     }
@@ -142,7 +149,13 @@ impl MemoryCounters {
                 return true;
             }
             self.live.fetch_sub(n, Ordering::AcqRel);
-            if attempt == 0 {
+            let last = self.last_full_sweep_ms.load(Ordering::Relaxed);
+            let due = now_ms.saturating_sub(last) >= FULL_SWEEP_EVERY_MS
+                && self
+                    .last_full_sweep_ms
+                    .compare_exchange(last, now_ms, Ordering::AcqRel, Ordering::Relaxed)
+                    .is_ok();
+            if attempt == 0 && due {
                 for s in 0..self.shards.len() {
                     let dropped = self.lock(s).sweep(now_ms);
                     self.live.fetch_sub(dropped, Ordering::AcqRel);
@@ -186,12 +199,13 @@ impl MemoryCounters {
         // full store sweeps every shard). What is not used is given back below.
         let may_create = specs.iter().filter(|s| s.cost > 0).count();
         let mut reserved = may_create;
-        if !self.reserve(may_create, now_ms) {
-            // Full: counters that exist keep counting; only a request that needs new ones
-            // is refused.
+        let full = self.live.load(Ordering::Acquire) >= self.max_counters;
+        if full || !self.reserve(may_create, now_ms) {
+            // Full: counters that exist keep counting; only a request that needs new ones is
+            // refused, token limits (checked at cost 0, charged after the answer) included.
             reserved = specs
                 .iter()
-                .filter(|s| s.cost > 0 && !self.lock(self.shard_of(&s.id)).map.contains_key(&s.id))
+                .filter(|s| !self.lock(self.shard_of(&s.id)).map.contains_key(&s.id))
                 .count();
             if !self.reserve(reserved, now_ms) {
                 return Ok(Decision::Full {

@@ -965,3 +965,45 @@ async fn full_counters_refuse_whatever_on_backend_error_says() {
     assert_eq!(err.code.as_deref(), Some("rate_limit_counters_full"));
     assert!(allowed(&plugin, Some(&p), &[("_user", "u1")]).await);
 }
+
+#[tokio::test]
+async fn a_full_store_refuses_a_token_limit_for_a_new_value_too() {
+    // A tokens-per-minute policy per user; room for one counter, taken by u1's charge.
+    let access = TestAccess::with(vec![policy(
+        "pol-t",
+        "ws-1",
+        None,
+        vec![],
+        &["metadata._user"],
+        limit(RateLimitKind::Tokens, RateUnit::Rpm, 1000.0),
+    )]);
+    let config = RateLimitConfig {
+        max_counters: 1,
+        ..RateLimitConfig::default()
+    };
+    let (plugin, _) = build_with(access, config);
+    let p = key_principal("k1", "ws-1", vec![]);
+    let mut cx = request(Some(&p), "gpt-4o", &[("_user", "u1")]);
+    run(&plugin, &mut cx).await.expect("checked at cost 0");
+    cx.response.status = Some(200);
+    cx.response.usage = Some(plugin_sdk::Usage {
+        prompt_tokens: 5,
+        completion_tokens: 5,
+    });
+    plugin.on_log(&cx);
+    // The charge made u1's counter: the store is full.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let mut cx = request(Some(&p), "gpt-4o", &[("_user", "u2")]);
+        match run(&plugin, &mut cx).await {
+            Err(e) => {
+                assert_eq!(e.code.as_deref(), Some("rate_limit_counters_full"));
+                break;
+            }
+            Ok(()) => assert!(std::time::Instant::now() < deadline, "never refused"),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut cx = request(Some(&p), "gpt-4o", &[("_user", "u1")]);
+    run(&plugin, &mut cx).await.expect("u1 keeps counting");
+}

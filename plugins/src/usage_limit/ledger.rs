@@ -111,6 +111,9 @@ struct MemoryInner {
     /// The most counters kept: a policy grouped by a client-chosen value (`metadata._user`)
     /// must not grow memory without bound.
     max_counters: usize,
+    /// When a full ledger last swept every counter: at most once a second, so that a ledger
+    /// kept full by made-up values does not cost every request a sweep.
+    last_full_sweep: Option<Instant>,
 }
 
 /// The in-process ledger's default bound on counters.
@@ -122,6 +125,7 @@ impl Default for MemoryInner {
             counters: FastMap::default(),
             ops: 0,
             max_counters: DEFAULT_MAX_COUNTERS,
+            last_full_sweep: None,
         }
     }
 }
@@ -166,6 +170,13 @@ impl MemoryInner {
         if self.counters.len() + new <= self.max_counters {
             return true;
         }
+        if self
+            .last_full_sweep
+            .is_some_and(|at| now.saturating_duration_since(at) < Duration::from_secs(1))
+        {
+            return false;
+        }
+        self.last_full_sweep = Some(now);
         self.counters
             .retain(|_, c| c.expires.is_none_or(|e| e > now));
         self.counters.len() + new <= self.max_counters

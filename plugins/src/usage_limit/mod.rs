@@ -240,7 +240,9 @@ impl Shared {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
         match reports.try_send(report) {
             Ok(()) => {
-                if reports.max_capacity() - reports.capacity() >= self.wake_at {
+                if reports.max_capacity() - reports.capacity() >= self.wake_at
+                    || crate::limits::batches::draining()
+                {
                     self.wake.notify_one();
                 }
             }
@@ -639,10 +641,11 @@ impl UsageLimitPlugin {
             .model
             .as_deref()
             .or_else(|| planned.and_then(target_model))
-            .or(cx.requested_model())?;
-        if let Some(price) = self.price_of(slug, provider, model) {
+            .or(cx.requested_model());
+        if let Some(price) = model.and_then(|m| self.price_of(slug, provider, m)) {
             return Some(price.cost(usage));
         }
+        let model = model.unwrap_or("(none named)");
         self.shared
             .metrics
             .unpriced
@@ -716,6 +719,10 @@ impl UsageLimitPlugin {
     /// The estimate's price, before the call: the planned target's prices (see
     /// [`UsageLimitPlugin::price_or_refuse`]).
     fn price_estimate(&self, cx: &RequestCx, usage: Usage) -> Result<f64, GatewayError> {
+        // Nothing to price (a passthrough GET): nothing to refuse.
+        if usage.total() == 0 {
+            return Ok(0.0);
+        }
         let planned = planned_target(cx);
         let model = planned.and_then(target_model).or(cx.requested_model());
         let slug = planned.and_then(|t| t.slug.as_deref());
@@ -879,10 +886,25 @@ fn target_model(t: &Target) -> Option<&str> {
 }
 
 /// The request's reservation, for `on_log`: each budget (shared with the settlement, not
-/// copied) and what it holds.
+/// copied), what it holds, and the request's estimate in its unit (what an answer without
+/// usage is charged, even when the store could not be reached and nothing was held).
 #[derive(Debug, Clone)]
 struct Reservation {
-    items: Vec<(Arc<Applied>, f64)>,
+    items: Vec<(Arc<Applied>, f64, f64)>,
+}
+
+/// Budgets with what each holds and the estimate it was asked to hold.
+fn held_items(
+    applied: Vec<Applied>,
+    reserved: Vec<f64>,
+    amounts: &[f64],
+) -> Vec<(Arc<Applied>, f64, f64)> {
+    applied
+        .into_iter()
+        .zip(reserved)
+        .zip(amounts)
+        .map(|((a, r), e)| (Arc::new(a), r, *e))
+        .collect()
 }
 
 /// The saved provider (slug) of the last upstream attempt.
@@ -1150,7 +1172,7 @@ impl Plugin for UsageLimitPlugin {
                     let reserved =
                         shared.conclude_reserve(on_error, &applied, &amounts, outcome)?;
                     cx.extensions.insert(Reservation {
-                        items: applied.into_iter().map(Arc::new).zip(reserved).collect(),
+                        items: held_items(applied, reserved, &amounts),
                     });
                     Ok(())
                 }),
@@ -1160,7 +1182,7 @@ impl Plugin for UsageLimitPlugin {
         }
         let reserved = self.reserve(&applied, &amounts).await?;
         cx.extensions.insert(Reservation {
-            items: applied.into_iter().map(Arc::new).zip(reserved).collect(),
+            items: held_items(applied, reserved, &amounts),
         });
         Ok(Flow::Continue)
     }
@@ -1189,13 +1211,13 @@ impl Plugin for UsageLimitPlugin {
         if cx
             .extensions
             .get::<Reservation>()
-            .is_some_and(|r| r.items.iter().any(|(a, _)| a.key == applied.key))
+            .is_some_and(|r| r.items.iter().any(|(a, _, _)| a.key == applied.key))
         {
             return Ok(Flow::Continue);
         }
         let usage = self.estimate(cx);
         let cost = match applied.kind {
-            UsageKind::Cost => {
+            UsageKind::Cost if usage.total() > 0 => {
                 let model = target_model(target).or(cx.requested_model());
                 self.price_or_refuse(Some(slug), &target.provider, model, cx)?
                     .cost(usage)
@@ -1206,7 +1228,7 @@ impl Plugin for UsageLimitPlugin {
         let reserved = self
             .reserve(std::slice::from_ref(&applied), &[amount])
             .await?;
-        let item = (Arc::new(applied), reserved[0]);
+        let item = (Arc::new(applied), reserved[0], amount);
         match cx.extensions.get_mut::<Reservation>() {
             Some(r) => r.items.push(item),
             None => {
@@ -1242,12 +1264,17 @@ impl Plugin for UsageLimitPlugin {
             .cache_status
             .is_some_and(|s| s.eq_ignore_ascii_case("hit"));
         let mut usage = if cache_hit { None } else { cx.response.usage };
-        // A stream that ended without the provider's usage (the client left, or the provider
-        // does not report it) is charged the text it relayed and the prompt's estimate.
-        if usage.is_none() && succeeded && !cache_hit && cx.response.streamed {
+        // A stream that ended without the provider's final usage (the client left, the
+        // provider dropped it or does not report usage) is charged at least the prompt's
+        // estimate and the text it relayed.
+        let cut_short = cx.response.usage.is_none() || cx.response.error.is_some();
+        if succeeded && !cache_hit && cx.response.streamed && cut_short {
+            let reported = usage.unwrap_or_default();
             usage = Some(Usage {
-                prompt_tokens: self.estimate(cx).prompt_tokens,
-                completion_tokens: cx.response.relayed_text_chars.div_ceil(4),
+                prompt_tokens: reported.prompt_tokens.max(self.estimate(cx).prompt_tokens),
+                completion_tokens: reported
+                    .completion_tokens
+                    .max(cx.response.relayed_text_chars.div_ceil(4)),
             });
         }
         // Any other answer without usage (or whose model has no price, under a cost budget)
@@ -1267,11 +1294,15 @@ impl Plugin for UsageLimitPlugin {
         let requests = if succeeded { 1.0 } else { 0.0 };
         let through = cx.extensions.get::<Through>().and_then(|t| t.0.as_deref());
         let settlement = Settlement {
-            applied: reservation.items.iter().map(|(a, _)| a.clone()).collect(),
+            applied: reservation
+                .items
+                .iter()
+                .map(|(a, _, _)| a.clone())
+                .collect(),
             settles: reservation
                 .items
                 .iter()
-                .map(|(a, reserved)| {
+                .map(|(a, reserved, estimate)| {
                     // A provider's budget counts only what was spent through it.
                     let spent_here = a.through.as_deref().is_none_or(|s| through == Some(s));
                     let unpriced = a.kind == UsageKind::Cost && cost.is_none();
@@ -1281,7 +1312,7 @@ impl Plugin for UsageLimitPlugin {
                         actual: match spent_here {
                             false => 0.0,
                             true if succeeded && !cache_hit && (unmeasured || unpriced) => {
-                                reserved.max(a.amount(requests, usage, cost))
+                                estimate.max(a.amount(requests, usage, cost))
                             }
                             true => a.amount(requests, usage, cost),
                         },

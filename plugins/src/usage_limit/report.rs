@@ -105,7 +105,10 @@ pub async fn run(
             // At exit nothing is kept for a later flush: there is none.
             let keep = if draining { 0 } else { capacity };
             flush(&mut pending, &sink, &dropped, keep).await;
-            in_flight.fetch_sub(std::mem::take(&mut taken), Ordering::SeqCst);
+            // What a refused flush keeps for the next one is still in flight.
+            if pending.len() == 0 {
+                in_flight.fetch_sub(std::mem::take(&mut taken), Ordering::SeqCst);
+            }
         }
     }
 }

@@ -1412,8 +1412,8 @@ async fn answers_without_usage_are_charged_their_reservation() {
         e.sink.charged("api_key:key-1") == 25.0
     })
     .await;
-    // A passthrough POST reserves and is charged default_completion_tokens (1024), a GET
-    // nothing but the request; both count under a requests budget.
+    // A passthrough POST reserves and is charged default_completion_tokens (1024); a GET
+    // reserves and is charged no tokens.
     let mut cx = passthrough(p.clone(), Method::POST, "/v1/images/generations");
     e.plugin.on_request(&mut cx).await.unwrap();
     answer(&e.plugin, &mut cx, 200, None).await;
@@ -1605,8 +1605,8 @@ impl Drop for PrivateRedis {
 }
 
 /// Redis goes down between a reservation and its settlement, and comes back: the settlement is
-/// retried and lands; a request admitted while Redis is down (`on_backend_error: allow`) is
-/// let through unchecked and its spend is still counted.
+/// retried and lands; requests admitted while Redis is down (`on_backend_error: allow`) are let
+/// through unchecked and their spend is still counted (their estimate when they report none).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_settlement_across_a_redis_restart_is_retried_and_lands() {
     if crate::limits::redis::test_url().is_none() {
@@ -1633,6 +1633,10 @@ async fn a_settlement_across_a_redis_restart_is_retried_and_lands() {
     let mut b = chat(Some(p.clone()), 10);
     admit(&e.plugin, &mut b).await.expect("allowed unchecked");
     finish(&e.plugin, &mut b, 200, Some((1, 4))).await;
+    // One without usage held nothing (the store was down), and is charged its estimate: 12.
+    let mut c = chat(Some(p.clone()), 10);
+    admit(&e.plugin, &mut c).await.expect("allowed unchecked");
+    finish(&e.plugin, &mut c, 200, None).await;
     assert!(
         metric(
             &e.registry,
@@ -1644,7 +1648,7 @@ async fn a_settlement_across_a_redis_restart_is_retried_and_lands() {
     let _back = PrivateRedis::start(port);
 
     // The control plane gets both spends, and the restarted Redis the settled usage.
-    eventually("both charges", || e.sink.charged(&budget_id) == 15.0).await;
+    eventually("every charge", || e.sink.charged(&budget_id) == 27.0).await;
     let client = ::redis::Client::open(url).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     let keys: Vec<String> = ::redis::cmd("KEYS")
@@ -1660,5 +1664,5 @@ async fn a_settlement_across_a_redis_restart_is_retried_and_lands() {
         .query_async(&mut conn)
         .await
         .unwrap();
-    assert_eq!((used, held), (15.0, 0.0));
+    assert_eq!((used, held), (27.0, 0.0));
 }
