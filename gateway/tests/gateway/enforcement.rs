@@ -27,6 +27,40 @@ impl Env {
             .to_owned()
     }
 
+    /// A tokens usage limits policy counting per key in the default workspace (far from its
+    /// limit) and a new key of that workspace: `(policy id, raw key, key id)`.
+    pub async fn tokens_per_key(&self) -> (String, String, String) {
+        let ws = self.default_workspace().await;
+        let (status, policy) = self
+            .admin_call(
+                Method::POST,
+                "/v1/policies/usage-limits",
+                Some(ADMIN_KEY),
+                Some(json!({
+                    "name": "tokens per key", "workspace_id": ws, "type": "tokens",
+                    "credit_limit": 100000, "group_by": [{"key": "api_key"}],
+                    "conditions": [{"key": "workspace_id", "value": ws}]
+                })),
+            )
+            .await;
+        assert_eq!(status, 200, "{policy}");
+        let (key, key_id) = self.workspace_key(&ws, json!({})).await;
+        (policy["id"].as_str().unwrap().to_owned(), key, key_id)
+    }
+
+    /// What the control plane has counted for `key_id` under `policy_id`, once it has.
+    pub async fn usage_of(&self, policy_id: &str, key_id: &str) -> Option<f64> {
+        let (_, got) = self
+            .admin_call(
+                Method::GET,
+                &format!("/v1/policies/usage-limits/{policy_id}?include_usage=true"),
+                Some(ADMIN_KEY),
+                None,
+            )
+            .await;
+        got["value_key_usage_map"][format!("api_key:{key_id}")]["current_usage"].as_f64()
+    }
+
     /// A new workspace service key with these extra fields; returns the raw key and its id.
     pub async fn workspace_key(&self, workspace: &str, fields: Value) -> (String, String) {
         let mut body =
@@ -735,22 +769,7 @@ async fn passthrough_is_metered_by_the_usage_its_answer_reports_else_its_estimat
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_without_usage_is_charged_the_text_it_relayed() {
     let env = Env::start().await;
-    let ws = env.default_workspace().await;
-    let (status, policy) = env
-        .admin_call(
-            Method::POST,
-            "/v1/policies/usage-limits",
-            Some(ADMIN_KEY),
-            Some(json!({
-                "name": "stream tokens", "workspace_id": ws, "type": "tokens",
-                "credit_limit": 100000, "group_by": [{"key": "api_key"}],
-                "conditions": [{"key": "workspace_id", "value": ws}]
-            })),
-        )
-        .await;
-    assert_eq!(status, 200, "{policy}");
-    let policy_id = policy["id"].as_str().unwrap().to_owned();
-    let (key, key_id) = env.workspace_key(&ws, json!({})).await;
+    let (policy_id, key, key_id) = env.tokens_per_key().await;
     // The provider drops the connection after two events: no usage ever comes.
     let body = json!({"model": "mock-model", "stream": true, "max_tokens": 500,
         "messages": [{"role": "user", "content": "one two three four five"}]});
@@ -769,40 +788,14 @@ async fn a_stream_without_usage_is_charged_the_text_it_relayed() {
     assert!(!text.contains("\"usage\":{"), "{text}");
     // Charged the prompt's estimate (23 characters: 6 tokens) and the relayed text, far
     // below the 506 reserved, and not 0.
-    let used = eventually("the charge", || async {
-        let (_, got) = env
-            .admin_call(
-                Method::GET,
-                &format!("/v1/policies/usage-limits/{policy_id}?include_usage=true"),
-                Some(ADMIN_KEY),
-                None,
-            )
-            .await;
-        got["value_key_usage_map"][format!("api_key:{key_id}")]["current_usage"].as_f64()
-    })
-    .await;
+    let used = eventually("the charge", || env.usage_of(&policy_id, &key_id)).await;
     assert!((7.0..100.0).contains(&used), "charged {used}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_openai_stream_is_charged_the_usage_the_gateway_asked_for_unseen() {
     let env = Env::start().await;
-    let ws = env.default_workspace().await;
-    let (status, policy) = env
-        .admin_call(
-            Method::POST,
-            "/v1/policies/usage-limits",
-            Some(ADMIN_KEY),
-            Some(json!({
-                "name": "stream usage", "workspace_id": ws, "type": "tokens",
-                "credit_limit": 100000, "group_by": [{"key": "api_key"}],
-                "conditions": [{"key": "workspace_id", "value": ws}]
-            })),
-        )
-        .await;
-    assert_eq!(status, 200, "{policy}");
-    let policy_id = policy["id"].as_str().unwrap().to_owned();
-    let (key, key_id) = env.workspace_key(&ws, json!({})).await;
+    let (policy_id, key, key_id) = env.tokens_per_key().await;
     // 1 prompt word and 4 reply words: 5 tokens, as the mock reports them.
     let body = json!({"model": "mock-model", "stream": true, "max_tokens": 4,
         "messages": [{"role": "user", "content": "x"}]});
@@ -816,18 +809,7 @@ async fn an_openai_stream_is_charged_the_usage_the_gateway_asked_for_unseen() {
     );
     let sent = env.mock.requests().last().unwrap().json().unwrap();
     assert_eq!(sent["stream_options"]["include_usage"], true, "{sent}");
-    let used = eventually("the charge", || async {
-        let (_, got) = env
-            .admin_call(
-                Method::GET,
-                &format!("/v1/policies/usage-limits/{policy_id}?include_usage=true"),
-                Some(ADMIN_KEY),
-                None,
-            )
-            .await;
-        got["value_key_usage_map"][format!("api_key:{key_id}")]["current_usage"].as_f64()
-    })
-    .await;
+    let used = eventually("the charge", || env.usage_of(&policy_id, &key_id)).await;
     assert_eq!(used, 5.0);
 
     // A client that asks for usage gets it, as it asked.

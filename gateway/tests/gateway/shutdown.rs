@@ -25,22 +25,7 @@ async fn sigint_drains_an_open_stream_then_exits() {
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gateway"))
-        .env("GW_BOOTSTRAP_ADMIN_KEY", ADMIN_KEY)
-        .args(["serve", "--config"])
-        .arg(&config)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the gateway binary");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while std::net::TcpStream::connect(listen).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "the binary did not start listening"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut child = start_binary(&config, listen, Stdio::piped());
 
     let client = reqwest::Client::new();
     let mut body = hello("x");
@@ -205,12 +190,16 @@ async fn sighup_reloads_plugins_and_keeps_the_old_version_when_reload_fails() {
 }
 
 /// Starts the gateway binary on `config` and waits until it listens on `listen`.
-fn start_binary(config: &std::path::Path, listen: std::net::SocketAddr) -> std::process::Child {
+fn start_binary(
+    config: &std::path::Path,
+    listen: std::net::SocketAddr,
+    stdout: Stdio,
+) -> std::process::Child {
     let child = Command::new(env!("CARGO_BIN_EXE_gateway"))
         .env("GW_BOOTSTRAP_ADMIN_KEY", ADMIN_KEY)
         .args(["serve", "--config"])
         .arg(config)
-        .stdout(Stdio::null())
+        .stdout(stdout)
         .stderr(Stdio::null())
         .spawn()
         .expect("start the gateway binary");
@@ -242,7 +231,7 @@ async fn budget_charges_are_written_before_the_process_exits() {
         ),
     )
     .unwrap();
-    let mut child = start_binary(&config, listen);
+    let mut child = start_binary(&config, listen, Stdio::null());
     let client = reqwest::Client::new();
     let admin = |method: reqwest::Method, path: &str, body: Option<serde_json::Value>| {
         let mut req = client
@@ -300,7 +289,7 @@ async fn budget_charges_are_written_before_the_process_exits() {
     }
 
     // The next start reads the charge from the database.
-    let mut child = start_binary(&config, listen);
+    let mut child = start_binary(&config, listen, Stdio::null());
     let got = admin(
         reqwest::Method::GET,
         &format!("/v1/policies/usage-limits/{policy_id}?include_usage=true"),

@@ -939,23 +939,29 @@ async fn two_instances_share_limits(url: String) {
     assert!(refused, "the other instance sees the spent tokens");
 }
 
-#[tokio::test]
-async fn full_counters_refuse_whatever_on_backend_error_says() {
-    // One live counter at most, and `allow` (meant for a store that is down).
+/// A limiter with room for one live counter and a policy of `limit` per `metadata._user`, and
+/// a key of the policy's workspace.
+fn one_counter_per_user(limit: RateLimit) -> (RateLimiter, Principal) {
     let access = TestAccess::with(vec![policy(
         "pol-1",
         "ws-1",
         None,
         vec![],
         &["metadata._user"],
-        rpm(100.0),
+        limit,
     )]);
     let config = RateLimitConfig {
         max_counters: 1,
         ..RateLimitConfig::default()
     };
     let (plugin, _) = build_with(access, config);
-    let p = key_principal("k1", "ws-1", vec![]);
+    (plugin, key_principal("k1", "ws-1", vec![]))
+}
+
+#[tokio::test]
+async fn full_counters_refuse_whatever_on_backend_error_says() {
+    // One live counter at most, and `allow` (meant for a store that is down).
+    let (plugin, p) = one_counter_per_user(rpm(100.0));
     let mut cx = request(Some(&p), "gpt-4o", &[("_user", "u1")]);
     run(&plugin, &mut cx).await.expect("the first counter");
     // Made-up users fill no more counters and get no free pass.
@@ -969,20 +975,7 @@ async fn full_counters_refuse_whatever_on_backend_error_says() {
 #[tokio::test]
 async fn a_full_store_refuses_a_token_limit_for_a_new_value_too() {
     // A tokens-per-minute policy per user; room for one counter, taken by u1's charge.
-    let access = TestAccess::with(vec![policy(
-        "pol-t",
-        "ws-1",
-        None,
-        vec![],
-        &["metadata._user"],
-        limit(RateLimitKind::Tokens, RateUnit::Rpm, 1000.0),
-    )]);
-    let config = RateLimitConfig {
-        max_counters: 1,
-        ..RateLimitConfig::default()
-    };
-    let (plugin, _) = build_with(access, config);
-    let p = key_principal("k1", "ws-1", vec![]);
+    let (plugin, p) = one_counter_per_user(limit(RateLimitKind::Tokens, RateUnit::Rpm, 1000.0));
     let mut cx = request(Some(&p), "gpt-4o", &[("_user", "u1")]);
     run(&plugin, &mut cx).await.expect("checked at cost 0");
     cx.response.status = Some(200);
