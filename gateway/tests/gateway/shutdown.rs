@@ -12,19 +12,7 @@ use crate::common::{hello, ADMIN_KEY};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigint_drains_an_open_stream_then_exits() {
     let mock = mock_provider::MockProvider::start().await;
-    let listen = gateway::server::free_local_addr();
-    let dir = std::env::temp_dir().join(format!("gw-shutdown-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("gateway.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "listen: {listen}\nthreads: 1\nlog: info\nshutdown: {{drain_timeout_secs: 20}}\ndatabase_url: \"sqlite://{}\"\nproviders:\n  - {{slug: mock, provider: openai, api_key: k, custom_host: \"{}\"}}\n",
-            dir.join("gateway.db").display(),
-            mock.base_url()
-        ),
-    )
-    .unwrap();
+    let (dir, config, listen) = draining_config("gw-shutdown", &mock, "log: info\n");
     let mut child = start_binary(&config, listen, Stdio::piped());
 
     let client = reqwest::Client::new();
@@ -189,6 +177,29 @@ async fn sighup_reloads_plugins_and_keeps_the_old_version_when_reload_fails() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A config in a new folder named after `name`: a free loopback address, one thread, a 20 s
+/// drain, SQLite in the folder, the mock as the saved provider `mock`, then `extra` (YAML).
+fn draining_config(
+    name: &str,
+    mock: &mock_provider::MockProvider,
+    extra: &str,
+) -> (std::path::PathBuf, std::path::PathBuf, std::net::SocketAddr) {
+    let listen = gateway::server::free_local_addr();
+    let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("gateway.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen: {listen}\nthreads: 1\nshutdown: {{drain_timeout_secs: 20}}\ndatabase_url: \"sqlite://{}\"\nproviders:\n  - {{slug: mock, provider: openai, api_key: k, custom_host: \"{}\"}}\n{extra}",
+            dir.join("gateway.db").display(),
+            mock.base_url()
+        ),
+    )
+    .unwrap();
+    (dir, config, listen)
+}
+
 /// Starts the gateway binary on `config` and waits until it listens on `listen`.
 fn start_binary(
     config: &std::path::Path,
@@ -217,20 +228,12 @@ fn start_binary(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn budget_charges_are_written_before_the_process_exits() {
     let mock = mock_provider::MockProvider::start().await;
-    let listen = gateway::server::free_local_addr();
-    let dir = std::env::temp_dir().join(format!("gw-exit-charges-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("gateway.yaml");
     // Charges reach the control plane once an hour: only the exit can write this one.
-    std::fs::write(
-        &config,
-        format!(
-            "listen: {listen}\nthreads: 1\nlog: warn\nshutdown: {{drain_timeout_secs: 20}}\ndatabase_url: \"sqlite://{}\"\nproviders:\n  - {{slug: mock, provider: openai, api_key: k, custom_host: \"{}\"}}\npipeline:\n  - kind: auth\n  - kind: provider_select\n  - kind: usage_limit\n    flush_interval_ms: 3600000\n",
-            dir.join("gateway.db").display(),
-            mock.base_url()
-        ),
-    )
-    .unwrap();
+    let (dir, config, listen) = draining_config(
+        "gw-exit-charges",
+        &mock,
+        "log: warn\npipeline:\n  - kind: auth\n  - kind: provider_select\n  - kind: usage_limit\n    flush_interval_ms: 3600000\n",
+    );
     let mut child = start_binary(&config, listen, Stdio::null());
     let client = reqwest::Client::new();
     let admin = |method: reqwest::Method, path: &str, body: Option<serde_json::Value>| {
