@@ -106,21 +106,7 @@ async fn sighup_reloads_plugins_and_keeps_the_old_version_when_reload_fails() {
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gateway"))
-        .args(["serve", "--config"])
-        .arg(&config)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the gateway binary");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while std::net::TcpStream::connect(listen).is_err() {
-        assert!(
-            Instant::now() < deadline,
-            "the binary did not start listening"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let mut child = start_binary(&config, listen, Stdio::piped());
     let (lines_tx, lines_rx) = std::sync::mpsc::channel::<String>();
     let stdout = child.stdout.take().unwrap();
     std::thread::spawn(move || {
