@@ -43,14 +43,15 @@
 //!   the limit; once per period per budget per instance) to a background writer.
 //!
 //! Nothing settles at zero by accident:
-//! - a 2xx answer without usage is charged its reservation (the estimate); a stream without
-//!   the provider's usage (the client left, or the provider does not report it) is charged the
-//!   prompt's estimate and the text it relayed (characters / 4);
+//! - a 2xx answer without usage is charged its estimate (also when the store was down and
+//!   nothing was held); a stream cut short (the client left, the provider dropped it or never
+//!   reported final usage) is charged at least the prompt's estimate and the text it relayed
+//!   (characters / 4);
 //! - a passthrough request (its body is not read) reserves `default_completion_tokens` when it
 //!   is a POST and is charged that unless its answer reports usage;
 //! - under a `cost` budget, a model no price knows (and a passthrough request, which names
 //!   none) is priced at `default_price`, or refused with 412 `model_unpriced` when there is
-//!   none; an answer whose reported model has no price is charged the reservation. Both count
+//!   none; an answer whose reported model has no price is charged its estimate. Both count
 //!   in `gw_usage_limit_unpriced_total{when="request"|"answer"}`. Price models on their
 //!   integration (`PUT /v1/integrations/{slug}/models`) or in `prices`.
 //!
@@ -642,18 +643,10 @@ impl UsageLimitPlugin {
             .as_deref()
             .or_else(|| planned.and_then(target_model))
             .or(cx.requested_model());
-        if let Some(price) = model.and_then(|m| self.price_of(slug, provider, m)) {
+        if let Some(price) = self.price_or_default(slug, provider, model, "answer") {
             return Some(price.cost(usage));
         }
         let model = model.unwrap_or("(none named)");
-        self.shared
-            .metrics
-            .unpriced
-            .with_label_values(&["answer"])
-            .inc();
-        if let Some(price) = self.default_price {
-            return Some(price.cost(usage));
-        }
         if self
             .shared
             .first_time(format!("unpriced|{provider}|{model}"))
@@ -681,25 +674,42 @@ impl UsageLimitPlugin {
         estimate::estimate(&cx.request, self.default_completion_tokens)
     }
 
-    /// The price of `model` (`None`: the request names none), else `default_price`, else a
-    /// 412 `model_unpriced`: under a cost budget nothing is spent for free.
-    fn price_or_refuse(
+    /// The price of `model` (`None`: none is named), else `default_price`, counted in
+    /// `gw_usage_limit_unpriced_total{when}`; `None` when neither is known.
+    fn price_or_default(
         &self,
         slug: Option<&str>,
         provider: &str,
         model: Option<&str>,
-        cx: &RequestCx,
-    ) -> Result<Price, GatewayError> {
+        when: &str,
+    ) -> Option<Price> {
         if let Some(price) = model.and_then(|m| self.price_of(slug, provider, m)) {
-            return Ok(price);
+            return Some(price);
         }
         self.shared
             .metrics
             .unpriced
-            .with_label_values(&["request"])
+            .with_label_values(&[when])
             .inc();
-        if let Some(price) = self.default_price {
-            return Ok(price);
+        self.default_price
+    }
+
+    /// The cost of `usage` before the call, at the price of `model` (`None`: the request names
+    /// none) or `default_price`; with neither, a 412 `model_unpriced`: under a cost budget
+    /// nothing is spent for free. Zero usage (a passthrough GET) costs 0 and needs no price.
+    fn cost_or_refuse(
+        &self,
+        slug: Option<&str>,
+        provider: &str,
+        model: Option<&str>,
+        usage: Usage,
+        cx: &RequestCx,
+    ) -> Result<f64, GatewayError> {
+        if usage.total() == 0 {
+            return Ok(0.0);
+        }
+        if let Some(price) = self.price_or_default(slug, provider, model, "request") {
+            return Ok(price.cost(usage));
         }
         let message = match model {
             Some(model) => format!(
@@ -717,17 +727,13 @@ impl UsageLimitPlugin {
     }
 
     /// The estimate's price, before the call: the planned target's prices (see
-    /// [`UsageLimitPlugin::price_or_refuse`]).
+    /// [`UsageLimitPlugin::cost_or_refuse`]).
     fn price_estimate(&self, cx: &RequestCx, usage: Usage) -> Result<f64, GatewayError> {
-        // Nothing to price (a passthrough GET): nothing to refuse.
-        if usage.total() == 0 {
-            return Ok(0.0);
-        }
         let planned = planned_target(cx);
         let model = planned.and_then(target_model).or(cx.requested_model());
         let slug = planned.and_then(|t| t.slug.as_deref());
         let provider = planned.map_or("", |t| t.provider.as_str());
-        Ok(self.price_or_refuse(slug, provider, model, cx)?.cost(usage))
+        self.cost_or_refuse(slug, provider, model, usage, cx)
     }
 
     /// The price of `model` served by `provider`, through the saved provider `slug` if any:
@@ -1217,10 +1223,9 @@ impl Plugin for UsageLimitPlugin {
         }
         let usage = self.estimate(cx);
         let cost = match applied.kind {
-            UsageKind::Cost if usage.total() > 0 => {
+            UsageKind::Cost => {
                 let model = target_model(target).or(cx.requested_model());
-                self.price_or_refuse(Some(slug), &target.provider, model, cx)?
-                    .cost(usage)
+                self.cost_or_refuse(Some(slug), &target.provider, model, usage, cx)?
             }
             _ => 0.0,
         };
