@@ -108,6 +108,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "guardrails",
         include_str!("../migrations/0009_guardrails.sql"),
     ),
+    (
+        10,
+        "data_plane_changes",
+        include_str!("../migrations/0010_data_plane_changes.sql"),
+    ),
 ];
 
 /// The key of the PostgreSQL advisory lock that serialises migrations and bootstrap across

@@ -97,6 +97,9 @@ pub struct Options {
     /// How often the data plane's snapshot is compared with the database (changes made by
     /// other instances; with PostgreSQL they are also notified at once).
     pub refresh_interval: Duration,
+    /// How often the whole snapshot is compared with the database, as a check of the changes
+    /// applied to it one by one. Default: [`store::snapshot::DEFAULT_CHECK_INTERVAL`].
+    pub check_interval: Duration,
     /// Whether [`ControlPlane::handle`] answers: it serves the requests the gateway receives on
     /// its main listener. `false` answers each with a 404, as for a path the gateway does not
     /// serve, so that the control plane is reachable only on its own listener
@@ -115,6 +118,7 @@ impl Options {
             guardrail_check: None,
             tokens: plugin_sdk::access::TokenSlot::default(),
             refresh_interval: store::snapshot::DEFAULT_REFRESH_INTERVAL,
+            check_interval: store::snapshot::DEFAULT_CHECK_INTERVAL,
             on_gateway_listener: true,
         }
     }
@@ -189,6 +193,7 @@ impl ControlPlane {
             store.clone(),
             options.database_url.clone(),
             options.refresh_interval,
+            options.check_interval,
         ));
         Ok(ControlPlane {
             runtime: Some(runtime),

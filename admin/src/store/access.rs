@@ -15,10 +15,11 @@ use plugin_sdk::access::{
     ApiKeyRecord, Condition, CountedUsage, Defaults, KeyKind, KeyStatus, RateLimit, RateLimitKind,
     RateLimitPolicy, RateUnit, UsageLimit, UsageLimitPolicy, WorkspaceRecord,
 };
-use plugin_sdk::FastMap;
+use plugin_sdk::FastState;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
+use super::changes::Change;
 use super::policies::{
     rate_from_row, usage_from_row, RateLimitsPolicy, RATE_COLUMNS, USAGE_COLUMNS,
 };
@@ -28,13 +29,21 @@ use crate::error::{AdminError, Result};
 use crate::time;
 use crate::validate::{self, RateLimitType};
 
-/// Keys, workspaces and policies as the data plane reads them. Immutable once built.
-#[derive(Debug, Default)]
+/// A persistent hash map: a clone shares its structure with the original, so a snapshot that
+/// differs by one change costs the changed paths, not a copy of every entry.
+pub type SharedMap<K, V> =
+    imbl::hashmap::GenericHashMap<K, V, FastState, imbl::shared_ptr::DefaultSharedPtr>;
+
+/// Keys, workspaces and policies as the data plane reads them. Immutable once published; a
+/// change is applied to a clone ([`AccessData::apply`]).
+#[derive(Debug, Default, Clone)]
 pub struct AccessData {
-    keys: FastMap<[u8; 32], Arc<ApiKeyRecord>>,
+    keys: SharedMap<[u8; 32], Arc<ApiKeyRecord>>,
     /// A rotated key's previous value, with the end of its transition.
-    previous: FastMap<[u8; 32], (Arc<ApiKeyRecord>, SystemTime)>,
-    workspaces: FastMap<String, Arc<WorkspaceRecord>>,
+    previous: SharedMap<[u8; 32], (Arc<ApiKeyRecord>, SystemTime)>,
+    /// Each key's digests (current, previous) by id: what a change to the key replaces.
+    key_digests: SharedMap<String, ([u8; 32], Option<[u8; 32]>)>,
+    workspaces: SharedMap<String, Arc<WorkspaceRecord>>,
     rate_policies: Arc<[RateLimitPolicy]>,
     usage_policies: Arc<[UsageLimitPolicy]>,
 }
@@ -96,41 +105,171 @@ impl AccessData {
             self.usage_policies.len(),
         )
     }
+
+    /// Puts a key read from its row in place of what the snapshot held under its id (`None`:
+    /// the key is gone).
+    fn put_key(&mut self, id: &str, row: Option<KeyRow>) {
+        if let Some((current, previous)) = self.key_digests.remove(id) {
+            self.keys.remove(&current);
+            if let Some(p) = previous {
+                self.previous.remove(&p);
+            }
+        }
+        let Some((record, hash, previous)) = row else {
+            return;
+        };
+        let record = Arc::new(record);
+        if let Some((digest, until)) = previous {
+            self.previous.insert(digest, (record.clone(), until));
+        }
+        self.key_digests.insert(
+            record.id.clone(),
+            (hash, previous.map(|(digest, _)| digest)),
+        );
+        self.keys.insert(hash, record);
+    }
+
+    /// Applies one change to the part it names by re-reading its rows; false for a change this
+    /// part does not hold.
+    pub(super) async fn apply(&mut self, db: &Db, change: &Change) -> Result<bool> {
+        match change {
+            Change::ApiKey(id) => {
+                let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "SELECT {KEY_COLUMNS} FROM api_keys WHERE id = $1"
+                )))
+                .bind(id)
+                .fetch_optional(db.pool())
+                .await?;
+                let read = row.as_ref().and_then(readable_key);
+                self.put_key(id, read);
+            }
+            Change::Workspace(id) => match load_workspace(db, id).await? {
+                Some(ws) => {
+                    self.workspaces.insert(id.clone(), Arc::new(ws));
+                }
+                None => {
+                    self.workspaces.remove(id);
+                }
+            },
+            Change::RatePolicies => self.rate_policies = load_rate_policies(db).await?,
+            Change::UsagePolicies => self.usage_policies = load_usage_policies(db).await?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Feeds what the snapshot serves into `digest`, in a stable order; without `usage`, the
+    /// usage charges write behind the snapshot's back (counted usage, a key's `exhausted`
+    /// status) are left out.
+    pub(super) fn digest_into(&self, digest: &mut ring::digest::Context, usage: bool) {
+        let key_line = |record: &ApiKeyRecord| {
+            let mut r = record.clone();
+            if !usage {
+                r.counted = CountedUsage::default();
+                if r.status == KeyStatus::Exhausted {
+                    r.status = KeyStatus::Active;
+                }
+            }
+            format!("{r:?}")
+        };
+        let mut keys: Vec<_> = self.keys.iter().collect();
+        keys.sort_by(|a, b| a.0.cmp(b.0));
+        for (hash, record) in keys {
+            digest.update(b"key ");
+            digest.update(hash);
+            digest.update(key_line(record).as_bytes());
+        }
+        let mut previous: Vec<_> = self.previous.iter().collect();
+        previous.sort_by(|a, b| a.0.cmp(b.0));
+        for (hash, (record, until)) in previous {
+            digest.update(b"previous ");
+            digest.update(hash);
+            digest.update(format!("{} {until:?}", record.id).as_bytes());
+        }
+        let mut workspaces: Vec<_> = self.workspaces.iter().collect();
+        workspaces.sort_by(|a, b| a.0.cmp(b.0));
+        for (_, ws) in workspaces {
+            let mut ws = WorkspaceRecord::clone(ws);
+            if !usage {
+                ws.counted.clear();
+            }
+            digest.update(format!("workspace {ws:?}").as_bytes());
+        }
+        for p in self.rate_policies.iter() {
+            digest.update(format!("rate policy {p:?}").as_bytes());
+        }
+        for p in self.usage_policies.iter() {
+            let mut p = p.clone();
+            if !usage {
+                p.usage.clear();
+            }
+            digest.update(format!("usage policy {p:?}").as_bytes());
+        }
+    }
+}
+
+/// The columns of `api_keys` a key's record is read from.
+const KEY_COLUMNS: &str = "id, organisation_id, workspace_id, user_id, type, status, expires_at,
+    scopes, defaults, rate_limits, usage_limits, current_usage, usage_period, reset_epoch,
+    key_hash, previous_key_hash, previous_key_expires_at";
+
+/// A key's row read, or `None` with an error in the log when it cannot be (the key is refused).
+fn readable_key(r: &AnyRow) -> Option<KeyRow> {
+    match key_from_row(r) {
+        Ok(read) => Some(read),
+        Err(e) => {
+            let id: String = r.try_get("id").unwrap_or_default();
+            tracing::error!(key = %id, error = %e, "API key left out of the data plane: its row cannot be read");
+            None
+        }
+    }
 }
 
 /// Reads everything the access part holds.
 pub(super) async fn load(db: &Db) -> Result<AccessData> {
     let mut data = AccessData::default();
-    let rows = sqlx::query(
-        "SELECT id, organisation_id, workspace_id, user_id, type, status, expires_at, scopes,
-                defaults, rate_limits, usage_limits, current_usage, usage_period, reset_epoch,
-                key_hash, previous_key_hash, previous_key_expires_at
-         FROM api_keys",
-    )
+    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {KEY_COLUMNS} FROM api_keys"
+    )))
     .fetch_all(db.pool())
     .await?;
     for r in &rows {
-        let (record, hash, previous) = match key_from_row(r) {
-            Ok(read) => read,
-            Err(e) => {
-                let id: String = r.try_get("id").unwrap_or_default();
-                tracing::error!(key = %id, error = %e, "API key left out of the data plane: its row cannot be read");
-                continue;
-            }
-        };
-        let record = Arc::new(record);
-        if let Some((previous, until)) = previous {
-            data.previous.insert(previous, (record.clone(), until));
+        if let Some(read) = readable_key(r) {
+            let id = read.0.id.clone();
+            data.put_key(&id, Some(read));
         }
-        data.keys.insert(hash, record);
     }
+    data.workspaces = load_workspaces(db, None).await?;
+    data.rate_policies = load_rate_policies(db).await?;
+    data.usage_policies = load_usage_policies(db).await?;
+    Ok(data)
+}
 
-    let budgets = sqlx::query(
+/// One active workspace, or `None` when it is gone, archived or unreadable.
+async fn load_workspace(db: &Db, id: &str) -> Result<Option<WorkspaceRecord>> {
+    Ok(load_workspaces(db, Some(id))
+        .await?
+        .get(id)
+        .map(|ws| WorkspaceRecord::clone(ws)))
+}
+
+/// The active workspaces with their counted budgets: all, or only `only`.
+async fn load_workspaces(
+    db: &Db,
+    only: Option<&str>,
+) -> Result<SharedMap<String, Arc<WorkspaceRecord>>> {
+    let filter = if only.is_some() {
+        " WHERE workspace_id = $1"
+    } else {
+        ""
+    };
+    let sql = format!(
         "SELECT workspace_id, budget_index, current_usage, usage_period, reset_epoch
-         FROM workspace_budget_usage",
-    )
-    .fetch_all(db.pool())
-    .await?;
+         FROM workspace_budget_usage{filter}"
+    );
+    let budgets = super::bind_some(sqlx::query(sqlx::AssertSqlSafe(sql)), only)
+        .fetch_all(db.pool())
+        .await?;
     let mut counted: HashMap<String, Vec<(usize, CountedUsage)>> = HashMap::new();
     for r in &budgets {
         let index: i64 = r.try_get("budget_index")?;
@@ -139,24 +278,31 @@ pub(super) async fn load(db: &Db) -> Result<AccessData> {
             .or_default()
             .push((usize::try_from(index).unwrap_or(usize::MAX), counted_of(r)?));
     }
-    let rows = sqlx::query(
+    let filter = if only.is_some() { " AND id = $1" } else { "" };
+    let sql = format!(
         "SELECT id, slug, organisation_id, defaults, rate_limits, usage_limits
-         FROM workspaces WHERE status = 'active'",
-    )
-    .fetch_all(db.pool())
-    .await?;
+         FROM workspaces WHERE status = 'active'{filter}"
+    );
+    let rows = super::bind_some(sqlx::query(sqlx::AssertSqlSafe(sql)), only)
+        .fetch_all(db.pool())
+        .await?;
+    let mut workspaces = SharedMap::default();
     for r in &rows {
         let id: String = r.try_get("id")?;
         match workspace_from_row(r, counted.get(&id).map(Vec::as_slice).unwrap_or(&[])) {
             Ok(ws) => {
-                data.workspaces.insert(id, Arc::new(ws));
+                workspaces.insert(id, Arc::new(ws));
             }
             Err(e) => {
                 tracing::error!(workspace = %id, error = %e, "workspace left out of the data plane: its row cannot be read")
             }
         }
     }
+    Ok(workspaces)
+}
 
+/// The active rate limits policies, oldest first.
+async fn load_rate_policies(db: &Db) -> Result<Arc<[RateLimitPolicy]>> {
     let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT {RATE_COLUMNS} FROM rate_limits_policies WHERE status = 'active'
          ORDER BY created_at, id"
@@ -172,8 +318,11 @@ pub(super) async fn load(db: &Db) -> Result<AccessData> {
             }
         }
     }
-    data.rate_policies = Arc::from(rate);
+    Ok(Arc::from(rate))
+}
 
+/// The active usage limits policies, oldest first, with their entities' counted usage.
+async fn load_usage_policies(db: &Db) -> Result<Arc<[UsageLimitPolicy]>> {
     let entities = sqlx::query(
         "SELECT e.policy_id, e.value_key, e.current_usage, e.usage_period, e.reset_epoch
          FROM usage_limits_policy_entities e
@@ -216,8 +365,7 @@ pub(super) async fn load(db: &Db) -> Result<AccessData> {
             usage: usage.into_iter().collect(),
         });
     }
-    data.usage_policies = Arc::from(usage_policies);
-    Ok(data)
+    Ok(Arc::from(usage_policies))
 }
 
 fn counted_of(r: &AnyRow) -> Result<CountedUsage> {

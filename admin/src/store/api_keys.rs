@@ -8,6 +8,7 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::audit::{self, AuditEntry};
+use super::changes::Change;
 use super::integrations::nullable;
 use super::usage;
 use super::{from_text, to_text, Actor, Store};
@@ -277,7 +278,8 @@ impl Store {
                 .workspace(key.workspace_id.as_deref()),
         )
         .await?;
-        self.data_plane_changed(&mut tx).await?;
+        self.data_plane_changed(&mut tx, &[Change::ApiKey(id.clone())])
+            .await?;
         tx.commit().await?;
         self.after_data_plane_change().await;
         Ok((id, raw))
@@ -416,7 +418,8 @@ impl Store {
                 .workspace(key.workspace_id.as_deref()),
         )
         .await?;
-        self.data_plane_changed(&mut tx).await?;
+        self.data_plane_changed(&mut tx, &[Change::ApiKey(key.id.clone())])
+            .await?;
         tx.commit().await?;
         self.after_data_plane_change().await;
         Ok(())
@@ -441,7 +444,8 @@ impl Store {
                 .workspace(key.workspace_id.as_deref()),
         )
         .await?;
-        self.data_plane_changed(&mut tx).await?;
+        self.data_plane_changed(&mut tx, &[Change::ApiKey(key.id.clone())])
+            .await?;
         tx.commit().await?;
         self.after_data_plane_change().await;
         Ok(())
@@ -485,7 +489,8 @@ impl Store {
                 .workspace(key.workspace_id.as_deref()),
         )
         .await?;
-        self.data_plane_changed(&mut tx).await?;
+        self.data_plane_changed(&mut tx, &[Change::ApiKey(key.id.clone())])
+            .await?;
         tx.commit().await?;
         self.after_data_plane_change().await;
         Ok(Rotated {
@@ -508,8 +513,10 @@ impl Store {
         .bind(&now)
         .fetch_all(&mut *tx)
         .await?;
+        let mut changes = Vec::with_capacity(rows.len());
         for r in &rows {
             let id: String = r.try_get("id")?;
+            changes.push(Change::ApiKey(id.clone()));
             let org: String = r.try_get("organisation_id")?;
             let ws: Option<String> = r.try_get("workspace_id")?;
             audit::insert_system(
@@ -522,7 +529,7 @@ impl Store {
             .await?;
         }
         if !rows.is_empty() {
-            self.data_plane_changed(&mut tx).await?;
+            self.data_plane_changed(&mut tx, &changes).await?;
         }
         tx.commit().await?;
         if !rows.is_empty() {
@@ -644,7 +651,8 @@ impl Store {
                 .workspace(key.workspace_id.as_deref()),
         )
         .await?;
-        self.data_plane_changed(&mut tx).await?;
+        self.data_plane_changed(&mut tx, &[Change::ApiKey(key.id.clone())])
+            .await?;
         tx.commit().await?;
         tracing::info!(
             key = %key.id,

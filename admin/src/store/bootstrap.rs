@@ -6,6 +6,7 @@
 use serde_json::json;
 
 use super::audit::{self, AuditEntry};
+use super::changes::Change;
 use super::{
     api_keys, insert_user, to_text, workspaces, NewKey, NewWorkspace, OrganisationSettings, Store,
 };
@@ -194,7 +195,8 @@ impl Store {
         )
         .await?;
         // The default workspace and the admin key join the data plane.
-        self.data_plane_changed(&mut tx).await?;
+        self.data_plane_changed(&mut tx, &[Change::Everything])
+            .await?;
         tx.commit().await?;
         self.after_data_plane_change().await;
         Ok(BootstrapOutcome::Created {

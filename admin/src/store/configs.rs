@@ -7,6 +7,7 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::audit::{self, AuditEntry};
+use super::changes::Change;
 use super::config_secrets::{self, Sealed};
 use super::{to_text, Actor, Store};
 use crate::db::{Sql, Tx};
@@ -281,7 +282,8 @@ impl Store {
                 .workspace(Some(&new.workspace_id)),
         )
         .await?;
-        self.data_plane_changed(&mut tx).await?;
+        self.data_plane_changed(&mut tx, &[Change::Config(id.clone())])
+            .await?;
         tx.commit().await?;
         self.after_data_plane_change().await;
         Ok(Config {
@@ -417,7 +419,8 @@ impl Store {
                 .workspace(Some(&config.workspace_id)),
         )
         .await?;
-        self.data_plane_changed(&mut tx).await?;
+        self.data_plane_changed(&mut tx, &[Change::Config(config.id.clone())])
+            .await?;
         tx.commit().await?;
         self.after_data_plane_change().await;
         Ok(version_id)
@@ -442,7 +445,8 @@ impl Store {
                 .workspace(Some(&config.workspace_id)),
         )
         .await?;
-        self.data_plane_changed(&mut tx).await?;
+        self.data_plane_changed(&mut tx, &[Change::Config(config.id.clone())])
+            .await?;
         tx.commit().await?;
         self.after_data_plane_change().await;
         Ok(())

@@ -9,6 +9,7 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::audit::{self, AuditEntry};
+use super::changes::Change;
 use super::config_secrets::{self, Body, Sealed};
 use super::{to_text, Actor, Store};
 use crate::db::{Sql, Tx};
@@ -320,7 +321,8 @@ impl Store {
                 .workspace(Some(workspace_id)),
         )
         .await?;
-        self.data_plane_changed(&mut tx).await?;
+        self.data_plane_changed(&mut tx, &[Change::Guardrail(id.to_string())])
+            .await?;
         tx.commit().await?;
         self.after_data_plane_change().await;
         Ok(())

@@ -14,6 +14,7 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::audit::{self, AuditEntry};
+use super::changes::Change;
 use super::{Actor, Integration, Store};
 use crate::db::{Db, Sql};
 use crate::error::{AdminError, Result};
@@ -159,24 +160,34 @@ impl Store {
                 .workspace(integration.workspace_id.as_deref()),
         )
         .await?;
-        self.data_plane_changed(&mut tx).await?;
+        self.data_plane_changed(&mut tx, &[Change::Integration(integration.id.clone())])
+            .await?;
         tx.commit().await?;
         self.after_data_plane_change().await;
         Ok(())
     }
 }
 
-/// The priced models of every integration (for the data plane's snapshot), by integration id,
-/// each list in id order.
-pub(super) async fn model_prices(db: &Db) -> Result<HashMap<String, Vec<ModelPrice>>> {
-    let rows = sqlx::query(
+/// The priced models of every integration, or only of `only` (for the data plane's snapshot), by
+/// integration id, each list in id order.
+pub(super) async fn model_prices(
+    db: &Db,
+    only: Option<&str>,
+) -> Result<HashMap<String, Vec<ModelPrice>>> {
+    let filter = if only.is_some() {
+        " AND integration_id = $1"
+    } else {
+        ""
+    };
+    let sql = format!(
         "SELECT integration_id, slug, input_per_million, output_per_million
          FROM integration_models
-         WHERE input_per_million IS NOT NULL AND output_per_million IS NOT NULL
-         ORDER BY integration_id, slug_key",
-    )
-    .fetch_all(db.pool())
-    .await?;
+         WHERE input_per_million IS NOT NULL AND output_per_million IS NOT NULL{filter}
+         ORDER BY integration_id, slug_key"
+    );
+    let rows = super::bind_some(sqlx::query(sqlx::AssertSqlSafe(sql)), only)
+        .fetch_all(db.pool())
+        .await?;
     let mut out: HashMap<String, Vec<ModelPrice>> = HashMap::new();
     for r in &rows {
         out.entry(r.try_get("integration_id")?)

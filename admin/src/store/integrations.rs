@@ -9,6 +9,7 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::audit::{self, AuditEntry};
+use super::changes::Change;
 use super::providers::{self, NewProvider};
 use super::snapshot::secret_context;
 use super::{from_text, to_text, Actor, Store};
@@ -464,7 +465,8 @@ impl Store {
             .await?;
             made = Some((provider_id, p.slug.clone()));
         }
-        self.data_plane_changed(&mut tx).await?;
+        self.data_plane_changed(&mut tx, &[Change::Integration(id.clone())])
+            .await?;
         tx.commit().await?;
         self.after_data_plane_change().await;
         let integration = Integration {
@@ -667,7 +669,8 @@ impl Store {
                 .workspace(integration.workspace_id.as_deref()),
         )
         .await?;
-        self.data_plane_changed(&mut tx).await?;
+        self.data_plane_changed(&mut tx, &[Change::Integration(id.clone())])
+            .await?;
         tx.commit().await?;
         self.after_data_plane_change().await;
         Ok(())
@@ -714,7 +717,8 @@ impl Store {
                 .workspace(integration.workspace_id.as_deref()),
         )
         .await?;
-        self.data_plane_changed(&mut tx).await?;
+        self.data_plane_changed(&mut tx, &[Change::Integration(integration.id.clone())])
+            .await?;
         tx.commit().await?;
         self.after_data_plane_change().await;
         Ok(())
@@ -875,7 +879,8 @@ impl Store {
             &AuditEntry::new("update_workspaces", "integration").resource(id),
         )
         .await?;
-        self.data_plane_changed(&mut tx).await?;
+        self.data_plane_changed(&mut tx, &[Change::Integration(id.clone())])
+            .await?;
         tx.commit().await?;
         self.after_data_plane_change().await;
         Ok(made)

@@ -10,6 +10,7 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::audit::{self, AuditEntry, RequestMeta};
+use super::changes::Change;
 use super::users::OrgUser;
 use super::{api_keys, bad_column, from_text, insert_user, to_text, Actor, NewKey, Store};
 use crate::authz::{Access, KeyKind, OrgRole, Principal};
@@ -530,7 +531,11 @@ impl Store {
         }
         // The new user's keys join the data plane.
         if !made.is_empty() {
-            self.data_plane_changed(&mut tx).await?;
+            let changes: Vec<Change> = made
+                .iter()
+                .map(|(id, _, _)| Change::ApiKey(id.clone()))
+                .collect();
+            self.data_plane_changed(&mut tx, &changes).await?;
         }
         tx.commit().await?;
         if !made.is_empty() {

@@ -5,6 +5,7 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::audit::{self, AuditEntry};
+use super::changes::Change;
 use super::{bad_column, from_text, Actor, Store, Workspace};
 use crate::authz::WorkspaceRole;
 use crate::db::Sql;
@@ -262,7 +263,8 @@ impl Store {
         .await?;
         // Their user keys leave the data plane.
         if !keys.is_empty() {
-            self.data_plane_changed(&mut tx).await?;
+            let changes: Vec<Change> = keys.iter().cloned().map(Change::ApiKey).collect();
+            self.data_plane_changed(&mut tx, &changes).await?;
         }
         tx.commit().await?;
         if !keys.is_empty() {

@@ -7,6 +7,7 @@ mod api_keys;
 pub mod audit;
 mod auth;
 mod bootstrap;
+pub mod changes;
 mod charges;
 pub mod config_secrets;
 mod configs;
@@ -36,6 +37,7 @@ pub use api_keys::{
 };
 pub use audit::{AuditEntry, AuditFilter, RefusalSummary, RefusedAttempt, RequestMeta};
 pub use bootstrap::{BootstrapOptions, BootstrapOutcome};
+pub use changes::Change;
 pub use charges::ChargeReport;
 pub use configs::{Config, ConfigChanges, ConfigFilter, ConfigVersion, NewConfig};
 pub use deployments::{Deployment, DeploymentChanges, NewDeployment};
@@ -288,4 +290,16 @@ fn contains_pattern(text: &str) -> String {
     }
     p.push('%');
     p
+}
+
+/// `query` with `value` bound as its `$1` when there is one: for a statement whose filter on
+/// `$1` is only written when there is something to filter by.
+fn bind_some<'q>(
+    query: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>,
+    value: Option<&'q str>,
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments> {
+    match value {
+        Some(v) => query.bind(v),
+        None => query,
+    }
 }

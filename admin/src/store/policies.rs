@@ -12,6 +12,7 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::audit::{self, AuditEntry};
+use super::changes::Change;
 use super::usage;
 use super::{from_text, to_text, Actor, Store};
 use crate::db::{Backend, Sql, Tx};
@@ -472,18 +473,22 @@ struct PolicyTable {
     table: &'static str,
     kind: &'static str,
     resource_type: &'static str,
+    /// What a write to the table changes in the data plane.
+    change: Change,
 }
 
 const RATE_TABLE: PolicyTable = PolicyTable {
     table: "rate_limits_policies",
     kind: "rate limits",
     resource_type: "rate_limits_policy",
+    change: Change::RatePolicies,
 };
 
 const USAGE_TABLE: PolicyTable = PolicyTable {
     table: "usage_limits_policies",
     kind: "usage limits",
     resource_type: "usage_limits_policy",
+    change: Change::UsagePolicies,
 };
 
 fn policy_filter(table: &str, organisation_id: &str, filter: &PolicyFilter) -> Sql {
@@ -574,7 +579,8 @@ impl Store {
                 .workspace(Some(workspace_id)),
         )
         .await?;
-        self.data_plane_changed(&mut tx).await?;
+        self.data_plane_changed(&mut tx, std::slice::from_ref(&t.change))
+            .await?;
         tx.commit().await?;
         self.after_data_plane_change().await;
         Ok(())
@@ -616,7 +622,8 @@ impl Store {
                 .workspace(Some(&new.workspace_id)),
         )
         .await?;
-        self.data_plane_changed(&mut tx).await?;
+        self.data_plane_changed(&mut tx, &[Change::RatePolicies])
+            .await?;
         tx.commit().await?;
         self.after_data_plane_change().await;
         Ok(id)
@@ -698,7 +705,8 @@ impl Store {
                 .workspace(Some(&current.workspace_id)),
         )
         .await?;
-        self.data_plane_changed(&mut tx).await?;
+        self.data_plane_changed(&mut tx, &[Change::RatePolicies])
+            .await?;
         tx.commit().await?;
         self.after_data_plane_change().await;
         Ok(())
@@ -760,7 +768,8 @@ impl Store {
                 .workspace(Some(&new.workspace_id)),
         )
         .await?;
-        self.data_plane_changed(&mut tx).await?;
+        self.data_plane_changed(&mut tx, &[Change::UsagePolicies])
+            .await?;
         tx.commit().await?;
         self.after_data_plane_change().await;
         Ok(id)
@@ -871,7 +880,8 @@ impl Store {
                 .workspace(Some(&next.workspace_id)),
         )
         .await?;
-        self.data_plane_changed(&mut tx).await?;
+        self.data_plane_changed(&mut tx, &[Change::UsagePolicies])
+            .await?;
         tx.commit().await?;
         self.after_data_plane_change().await;
         Ok(())
@@ -998,7 +1008,8 @@ impl Store {
                 .workspace(Some(&policy.workspace_id)),
         )
         .await?;
-        self.data_plane_changed(&mut tx).await?;
+        self.data_plane_changed(&mut tx, &[Change::UsagePolicies])
+            .await?;
         tx.commit().await?;
         self.after_data_plane_change().await;
         Ok(reset)

@@ -10,6 +10,7 @@ use sqlx::Row;
 
 use super::api_keys::{restate_expiry_and_budget, BudgetHolder};
 use super::audit::{self, AuditEntry};
+use super::changes::Change;
 use super::integrations::{self, nullable, NewIntegration};
 use super::usage;
 use super::{from_text, to_text, Actor, Store};
@@ -253,7 +254,8 @@ impl Store {
                 .workspace(Some(&new.workspace_id)),
         )
         .await?;
-        self.data_plane_changed(&mut tx).await?;
+        self.data_plane_changed(&mut tx, &[Change::Provider(new.slug.clone())])
+            .await?;
         tx.commit().await?;
         self.after_data_plane_change().await;
         Ok(id)
@@ -415,7 +417,10 @@ impl Store {
             integrations::replace_tags(&mut tx, "provider_tags", "provider_id", &provider.id, t)
                 .await?;
         }
+        // A new key is its integration's: every provider using it changes.
+        let mut changed = vec![Change::Provider(provider.slug.clone())];
         if let (Some(sealed), Some(k)) = (sealed_key, key) {
+            changed.push(Change::Integration(provider.integration_id.clone()));
             self.record_secret_key(&mut tx).await?;
             sqlx::query(
                 "UPDATE integrations SET key_secret = $1, key_mask = $2, last_updated_at = $3
@@ -436,7 +441,7 @@ impl Store {
                 .workspace(Some(&provider.workspace_id)),
         )
         .await?;
-        self.data_plane_changed(&mut tx).await?;
+        self.data_plane_changed(&mut tx, &changed).await?;
         tx.commit().await?;
         self.after_data_plane_change().await;
         Ok(())
@@ -486,7 +491,8 @@ impl Store {
                 .await?;
             }
         }
-        self.data_plane_changed(&mut tx).await?;
+        self.data_plane_changed(&mut tx, &[Change::Provider(provider.slug.clone())])
+            .await?;
         tx.commit().await?;
         self.after_data_plane_change().await;
         Ok(())
@@ -509,13 +515,15 @@ impl Store {
         let rows = sqlx::query(
             "UPDATE providers SET status = 'expired', last_updated_at = $1
              WHERE status <> 'expired' AND expires_at IS NOT NULL AND expires_at <= $1
-             RETURNING id, organisation_id, workspace_id",
+             RETURNING id, slug, organisation_id, workspace_id",
         )
         .bind(&now)
         .fetch_all(&mut *tx)
         .await?;
+        let mut changes = Vec::with_capacity(rows.len());
         for r in &rows {
             let id: String = r.try_get("id")?;
+            changes.push(Change::Provider(r.try_get("slug")?));
             let org: String = r.try_get("organisation_id")?;
             let ws: String = r.try_get("workspace_id")?;
             audit::insert_system(
@@ -528,7 +536,7 @@ impl Store {
             .await?;
         }
         if !rows.is_empty() {
-            self.data_plane_changed(&mut tx).await?;
+            self.data_plane_changed(&mut tx, &changes).await?;
         }
         tx.commit().await?;
         if !rows.is_empty() {

@@ -27,6 +27,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,6 +39,8 @@ use serde_json::Value;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
+use super::access::SharedMap;
+use super::changes::Change;
 use super::Store;
 use crate::crypto::{self, Cipher, SecretKey};
 use crate::db::{Backend, Db, Tx};
@@ -50,6 +53,10 @@ pub const CHANNEL: &str = "gw_data_plane";
 
 /// How often instances compare their snapshot with the database's version by default.
 pub const DEFAULT_REFRESH_INTERVAL: Duration = Duration::from_secs(1);
+
+/// How often instances compare their whole snapshot with the database by default
+/// ([`Store::check_data_plane`]).
+pub const DEFAULT_CHECK_INTERVAL: Duration = Duration::from_secs(600);
 
 /// Checks a config body before it is saved (the gateway hands in its routing-config
 /// validator; without one, any JSON object is accepted). The error names the problem.
@@ -101,18 +108,23 @@ impl std::fmt::Debug for DataPlaneOptions {
 struct Entry {
     record: Arc<ProviderRecord>,
     expires_at: Option<Timestamp>,
+    /// The integration it uses: a change to the integration re-reads it.
+    integration: String,
 }
 
-/// The data plane's view of the control plane at one version. Immutable once published.
-#[derive(Debug, Default)]
+/// The data plane's view of the control plane at one version. Immutable once published; the
+/// next version is a clone with the changes applied, sharing what they did not touch.
+#[derive(Debug, Default, Clone)]
 pub struct Snapshot {
     /// The `data_plane_version` it was built at; -1 before the first build.
     pub version: i64,
-    providers: HashMap<String, Entry>,
+    providers: SharedMap<String, Entry>,
     /// By slug and by id, with the workspace that owns each.
-    configs: HashMap<String, SavedConfig>,
+    configs: SharedMap<String, SavedConfig>,
+    /// Each config's slug by id: what a change to the config replaces.
+    config_slugs: SharedMap<String, String>,
     /// Saved guardrails by slug and by id, their secrets opened.
-    guardrails: HashMap<String, Arc<SavedGuardrail>>,
+    guardrails: SharedMap<String, Arc<SavedGuardrail>>,
     /// Keys, workspaces and policies.
     access: super::access::AccessData,
 }
@@ -125,7 +137,46 @@ impl Snapshot {
         }
     }
 
-    /// A provider that works now (not past its `expires_at`).
+    /// A SHA-256 (hex) of everything the snapshot serves, in a stable order: two snapshots with
+    /// the same digest serve the same. Without `usage`, what usage charges write without a new
+    /// version (counted usage, a key's `exhausted` status) is left out.
+    pub fn digest(&self, usage: bool) -> String {
+        let mut d = ring::digest::Context::new(&ring::digest::SHA256);
+        let mut providers: Vec<_> = self.providers.iter().collect();
+        providers.sort_by(|a, b| a.0.cmp(b.0));
+        for (slug, e) in providers {
+            let mut record = ProviderRecord::clone(&e.record);
+            if !usage {
+                record.counted = CountedUsage::default();
+            }
+            // The record's Debug leaves its key and settings out; the digest needs them.
+            d.update(
+                format!(
+                    "provider {slug} {} {:?} {record:?} {:?}",
+                    e.integration, e.expires_at, record.settings
+                )
+                .as_bytes(),
+            );
+            d.update(record.api_key.as_deref().unwrap_or("-").as_bytes());
+        }
+        let mut configs: Vec<_> = self.configs.iter().collect();
+        configs.sort_by(|a, b| a.0.cmp(b.0));
+        for (name, c) in configs {
+            d.update(format!("config {name} {:?} {}", c.owner, c.body).as_bytes());
+        }
+        let mut guardrails: Vec<_> = self.guardrails.iter().collect();
+        guardrails.sort_by(|a, b| a.0.cmp(b.0));
+        for (name, g) in guardrails {
+            d.update(format!("guardrail {name} {} {:?} {}", g.id, g.owner, g.hook).as_bytes());
+        }
+        self.access.digest_into(&mut d, usage);
+        d.finish()
+            .as_ref()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
     pub fn provider(&self, slug: &str) -> Option<Arc<ProviderRecord>> {
         let entry = self.providers.get(slug)?;
         if entry.expires_at.is_some_and(|t| t <= time::now()) {
@@ -157,11 +208,26 @@ impl Snapshot {
 /// [`ProviderStore`], [`ConfigStore`] and [`plugin_sdk::AccessStore`], which is how the gateway
 /// and its plugins read it.
 #[derive(Clone)]
-pub struct Published(Arc<ArcSwap<Snapshot>>);
+pub struct Published(Arc<ArcSwap<Snapshot>>, Arc<RefreshStats>);
+
+/// How an instance has kept its snapshot current since it started: counters the gateway
+/// exports as metrics, and tests read to see which path ran.
+#[derive(Debug, Default)]
+pub struct RefreshStats {
+    /// Refreshes that applied the changes of the log to the snapshot.
+    pub applied: AtomicU64,
+    /// Refreshes (and checks) that read every row again.
+    pub rebuilt: AtomicU64,
+    /// Consistency checks that found the snapshot different from the database.
+    pub differed: AtomicU64,
+}
 
 impl Default for Published {
     fn default() -> Self {
-        Published(Arc::new(ArcSwap::from_pointee(Snapshot::empty())))
+        Published(
+            Arc::new(ArcSwap::from_pointee(Snapshot::empty())),
+            Arc::default(),
+        )
     }
 }
 
@@ -179,6 +245,15 @@ impl Published {
 
     pub fn version(&self) -> i64 {
         self.0.load().version
+    }
+
+    pub fn stats(&self) -> &RefreshStats {
+        &self.1
+    }
+
+    fn publish(&self, snapshot: Snapshot, how: &AtomicU64) {
+        self.0.store(Arc::new(snapshot));
+        how.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -409,9 +484,10 @@ impl Store {
         Ok(())
     }
 
-    /// Marks, in a write's transaction, that what the data plane reads has changed.
-    pub(crate) async fn data_plane_changed(&self, tx: &mut Tx) -> Result<()> {
-        changed(tx, self.db.backend()).await
+    /// Records, in a write's transaction, what it changed of what the data plane reads
+    /// ([`super::changes`]).
+    pub(crate) async fn data_plane_changed(&self, tx: &mut Tx, changes: &[Change]) -> Result<()> {
+        super::changes::record(tx, self.db.backend(), changes).await
     }
 
     /// After a committed change: rebuilds this instance's snapshot at once. A failure is
@@ -422,21 +498,39 @@ impl Store {
         }
     }
 
-    /// Rebuilds the snapshot when the database's version differs from the published one;
-    /// returns whether it did.
-    pub async fn refresh_data_plane(&self) -> Result<bool> {
+    /// Brings the snapshot to the database's version: the changes since the published
+    /// version are applied to a copy of it, or, when the change log misses one of them (or says
+    /// so), every row is read again. Returns what it did.
+    pub async fn refresh_data_plane(&self) -> Result<Refresh> {
         let _one_at_a_time = self.data_plane.rebuild.lock().await;
-        let version: i64 =
-            sqlx::query_scalar("SELECT version FROM data_plane_version WHERE id = 1")
-                .fetch_one(self.db.pool())
-                .await?;
-        if version == self.data_plane.published.version() {
-            return Ok(false);
+        let version = self.data_plane_version().await?;
+        let current = self.data_plane.published.current();
+        if version == current.version {
+            return Ok(Refresh::Current);
         }
-        let snapshot = self.build_snapshot(version).await?;
+        let changes = if current.version < 0 || version < current.version {
+            None
+        } else {
+            super::changes::since(&self.db, current.version, version).await?
+        };
+        let incremental = changes.filter(|c| !c.contains(&Change::Everything));
+        let (snapshot, refresh) = match incremental {
+            Some(mut changes) => {
+                changes.sort();
+                changes.dedup();
+                let mut next = Snapshot::clone(&current);
+                next.version = version;
+                for change in &changes {
+                    self.apply(&mut next, change).await?;
+                }
+                (next, Refresh::Applied(changes.len()))
+            }
+            None => (self.build_snapshot(version).await?, Refresh::Rebuilt),
+        };
         let (keys, workspaces, rate_policies, usage_policies) = snapshot.access.counts();
         tracing::debug!(
             version,
+            ?refresh,
             providers = snapshot.providers.len(),
             configs = snapshot.configs.len(),
             keys,
@@ -445,8 +539,104 @@ impl Store {
             usage_policies,
             "data plane snapshot published"
         );
-        self.data_plane.published.0.store(Arc::new(snapshot));
-        Ok(true)
+        let published = &self.data_plane.published;
+        let how = match refresh {
+            Refresh::Rebuilt => &published.1.rebuilt,
+            _ => &published.1.applied,
+        };
+        published.publish(snapshot, how);
+        Ok(refresh)
+    }
+
+    async fn data_plane_version(&self) -> Result<i64> {
+        Ok(
+            sqlx::query_scalar("SELECT version FROM data_plane_version WHERE id = 1")
+                .fetch_one(self.db.pool())
+                .await?,
+        )
+    }
+
+    /// The periodic consistency check: reads every row again and compares what that snapshot
+    /// serves with the published one (leaving out the usage charges write behind its back). A
+    /// difference is a defect of the incremental path: it is logged as an error, and the
+    /// rebuilt snapshot replaces the published one either way (which also refreshes the counted
+    /// usage that seeds the data plane's counters).
+    pub async fn check_data_plane(&self) -> Result<Check> {
+        let version = self.data_plane_version().await?;
+        let rebuilt = self.build_snapshot(version).await?;
+        let _one_at_a_time = self.data_plane.rebuild.lock().await;
+        let current = self.data_plane.published.current();
+        // A change committed while the rows were read: its rows may be in the rebuild, not in
+        // the published snapshot. Check again next time.
+        if current.version != version || self.data_plane_version().await? != version {
+            return Ok(Check::Moved);
+        }
+        let check = if current.digest(false) == rebuilt.digest(false) {
+            Check::Same
+        } else {
+            tracing::error!(
+                version,
+                "the data plane's snapshot differed from the database; replaced by a full rebuild"
+            );
+            self.data_plane
+                .published
+                .1
+                .differed
+                .fetch_add(1, Ordering::Relaxed);
+            Check::Differed
+        };
+        let published = &self.data_plane.published;
+        published.publish(rebuilt, &published.1.rebuilt);
+        Ok(check)
+    }
+
+    /// A snapshot read from every row at `version` (tests compare it with the published one).
+    pub async fn rebuilt_snapshot(&self) -> Result<Snapshot> {
+        let version = self.data_plane_version().await?;
+        self.build_snapshot(version).await
+    }
+
+    /// Applies one change to `snapshot` by re-reading the rows it names.
+    async fn apply(&self, snapshot: &mut Snapshot, change: &Change) -> Result<()> {
+        match change {
+            Change::Provider(slug) => {
+                snapshot.providers.remove(slug);
+                for (slug, entry) in self.load_providers(Only::Provider(slug)).await? {
+                    snapshot.providers.insert(slug, entry);
+                }
+            }
+            Change::Integration(id) => {
+                let using: Vec<String> = snapshot
+                    .providers
+                    .iter()
+                    .filter(|(_, e)| e.integration == *id)
+                    .map(|(slug, _)| slug.clone())
+                    .collect();
+                for slug in using {
+                    snapshot.providers.remove(&slug);
+                }
+                for (slug, entry) in self.load_providers(Only::Integration(id)).await? {
+                    snapshot.providers.insert(slug, entry);
+                }
+            }
+            Change::Config(id) => {
+                snapshot.configs.remove(id);
+                if let Some(slug) = snapshot.config_slugs.remove(id) {
+                    snapshot.configs.remove(&slug);
+                }
+                self.load_configs(snapshot, Some(id)).await?;
+            }
+            Change::Guardrail(id) => {
+                if let Some(old) = snapshot.guardrails.remove(id) {
+                    snapshot.guardrails.remove(&old.slug);
+                }
+                self.load_guardrails(snapshot, Some(id)).await?;
+            }
+            other => {
+                snapshot.access.apply(&self.db, other).await?;
+            }
+        }
+        Ok(())
     }
 
     async fn build_snapshot(&self, version: i64) -> Result<Snapshot> {
@@ -454,7 +644,23 @@ impl Store {
             version,
             ..Snapshot::default()
         };
-        let rows = sqlx::query(
+        for (slug, entry) in self.load_providers(Only::All).await? {
+            snapshot.providers.insert(slug, entry);
+        }
+        self.load_configs(&mut snapshot, None).await?;
+        self.load_guardrails(&mut snapshot, None).await?;
+        snapshot.access = super::access::load(&self.db).await?;
+        Ok(snapshot)
+    }
+
+    /// The providers served: all, one by slug, or those of one integration.
+    async fn load_providers(&self, only: Only<'_>) -> Result<Vec<(String, Entry)>> {
+        let (filter, value) = match only {
+            Only::All => ("", None),
+            Only::Provider(slug) => (" AND p.slug = $1", Some(slug)),
+            Only::Integration(id) => (" AND i.id = $1", Some(id)),
+        };
+        let sql = format!(
             "SELECT p.slug, p.expires_at, p.usage_limits, p.rate_limits, p.current_usage,
                     p.usage_period, p.reset_epoch, p.organisation_id, p.workspace_id,
                     i.id AS integration_id, i.ai_provider_id, i.key_secret,
@@ -465,14 +671,24 @@ impl Store {
                  OR (i.workspace_id IS NULL AND (
                      i.global_workspace_access = 1
                      OR EXISTS (SELECT 1 FROM integration_workspaces w
-                                WHERE w.integration_id = i.id AND w.workspace_id = p.workspace_id))))",
-        )
-        .fetch_all(self.db.pool())
-        .await?;
+                                WHERE w.integration_id = i.id AND w.workspace_id = p.workspace_id)))){filter}"
+        );
+        let rows = super::bind_some(sqlx::query(sqlx::AssertSqlSafe(sql)), value)
+            .fetch_all(self.db.pool())
+            .await?;
+        let mut out = Vec::with_capacity(rows.len());
+        if rows.is_empty() {
+            return Ok(out);
+        }
         // Secrets of an integration are decrypted once, however many providers use it.
         let mut secrets: HashMap<String, Option<Secrets>> = HashMap::new();
         // The priced models of each integration, which price requests through its providers.
-        let model_prices = super::integration_models::model_prices(&self.db).await?;
+        let only_integration = match only {
+            Only::Integration(id) => Some(id),
+            _ => None,
+        };
+        let model_prices =
+            super::integration_models::model_prices(&self.db, only_integration).await?;
         for r in &rows {
             let slug: String = r.try_get("slug")?;
             let integration: String = r.try_get("integration_id")?;
@@ -539,21 +755,29 @@ impl Store {
                     workspace_id: r.try_get("workspace_id")?,
                 }),
             };
-            snapshot.providers.insert(
+            out.push((
                 slug,
                 Entry {
                     record: Arc::new(record),
                     expires_at: expires_at.as_deref().and_then(time::parse),
+                    integration,
                 },
-            );
+            ));
         }
-        let rows = sqlx::query(
+        Ok(out)
+    }
+
+    /// Adds the active configs to `snapshot`: all, or only the one with id `only`.
+    async fn load_configs(&self, snapshot: &mut Snapshot, only: Option<&str>) -> Result<()> {
+        let filter = if only.is_some() { " AND c.id = $1" } else { "" };
+        let sql = format!(
             "SELECT c.id, c.slug, c.organisation_id, c.workspace_id, v.config, v.secrets
              FROM configs c JOIN config_versions v ON v.id = c.current_version_id
-             WHERE c.status = 'active'",
-        )
-        .fetch_all(self.db.pool())
-        .await?;
+             WHERE c.status = 'active'{filter}"
+        );
+        let rows = super::bind_some(sqlx::query(sqlx::AssertSqlSafe(sql)), only)
+            .fetch_all(self.db.pool())
+            .await?;
         for r in &rows {
             let id: String = r.try_get("id")?;
             let slug: String = r.try_get("slug")?;
@@ -573,15 +797,23 @@ impl Store {
                 }),
                 body: Arc::new(config),
             };
+            snapshot.config_slugs.insert(id.clone(), slug.clone());
             snapshot.configs.insert(id, config.clone());
             snapshot.configs.insert(slug, config);
         }
-        let rows = sqlx::query(
+        Ok(())
+    }
+
+    /// Adds the active guardrails to `snapshot`: all, or only the one with id `only`.
+    async fn load_guardrails(&self, snapshot: &mut Snapshot, only: Option<&str>) -> Result<()> {
+        let filter = if only.is_some() { " AND id = $1" } else { "" };
+        let sql = format!(
             "SELECT id, slug, organisation_id, workspace_id, hook, secrets FROM guardrails
-             WHERE status = 'active'",
-        )
-        .fetch_all(self.db.pool())
-        .await?;
+             WHERE status = 'active'{filter}"
+        );
+        let rows = super::bind_some(sqlx::query(sqlx::AssertSqlSafe(sql)), only)
+            .fetch_all(self.db.pool())
+            .await?;
         for r in &rows {
             let Some(hook) = self.open_guardrail(r)? else {
                 continue;
@@ -600,10 +832,8 @@ impl Store {
             snapshot.guardrails.insert(id, saved.clone());
             snapshot.guardrails.insert(slug, saved);
         }
-        snapshot.access = super::access::load(&self.db).await?;
-        Ok(snapshot)
+        Ok(())
     }
-
     fn open_secrets(
         &self,
         integration: &str,
@@ -665,38 +895,73 @@ struct Secrets {
     settings: BTreeMap<String, String>,
 }
 
+/// Which providers [`Store::load_providers`] reads.
+#[derive(Debug, Clone, Copy)]
+enum Only<'a> {
+    All,
+    Provider(&'a str),
+    Integration(&'a str),
+}
+
+/// What [`Store::refresh_data_plane`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refresh {
+    /// The snapshot was at the database's version.
+    Current,
+    /// This many distinct changes were applied to it.
+    Applied(usize),
+    /// Every row was read again.
+    Rebuilt,
+}
+
+impl Refresh {
+    /// Whether a new snapshot was published.
+    pub fn published(self) -> bool {
+        self != Refresh::Current
+    }
+}
+
+/// What [`Store::check_data_plane`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// The published snapshot serves what the database holds.
+    Same,
+    /// It did not (now replaced).
+    Differed,
+    /// The database changed during the check; nothing compared.
+    Moved,
+}
+
 /// The associated data of a secret: the integration and the field it is stored in.
 pub(crate) fn secret_context(integration_id: &str, field: &str) -> String {
     format!("integration:{integration_id}:{field}")
 }
 
-/// Bumps the data plane's version in `tx`; with PostgreSQL also queues a notification, sent
-/// when the transaction commits.
-pub(crate) async fn changed(tx: &mut Tx, backend: Backend) -> Result<()> {
-    sqlx::query("UPDATE data_plane_version SET version = version + 1 WHERE id = 1")
-        .execute(&mut **tx)
-        .await?;
-    if backend == Backend::Postgres {
-        sqlx::raw_sql(sqlx::AssertSqlSafe(format!("NOTIFY {CHANNEL}")))
-            .execute(&mut **tx)
-            .await?;
-    }
-    Ok(())
-}
-
 /// Keeps `store`'s snapshot current with changes made by other instances: with PostgreSQL it
-/// listens for notifications; in every case it compares the version every `every`. Runs until
-/// its task is dropped.
-pub async fn watch(store: Store, database_url: String, every: Duration) {
+/// listens for notifications; in every case it compares the version every `every`, and runs the
+/// consistency check ([`Store::check_data_plane`]) every `check_every`. Runs until its task is
+/// dropped.
+pub async fn watch(store: Store, database_url: String, every: Duration, check_every: Duration) {
     if store.db.backend() == Backend::Postgres {
         tokio::spawn(listen(store.clone(), database_url));
     }
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut check =
+        tokio::time::interval_at(tokio::time::Instant::now() + check_every, check_every);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
-        if let Err(e) = store.refresh_data_plane().await {
-            tracing::warn!(error = %e, "could not refresh the data plane's snapshot; retrying");
+        tokio::select! {
+            _ = tick.tick() => {
+                if let Err(e) = store.refresh_data_plane().await {
+                    tracing::warn!(error = %e, "could not refresh the data plane's snapshot; retrying");
+                }
+            }
+            _ = check.tick() => {
+                if let Err(e) = store.check_data_plane().await {
+                    tracing::warn!(error = %e, "could not check the data plane's snapshot against the database");
+                }
+            }
         }
     }
 }
@@ -770,6 +1035,7 @@ mod tests {
             Entry {
                 record: record("live"),
                 expires_at: Some(time::now() + chrono::Duration::hours(1)),
+                integration: "i".into(),
             },
         );
         s.providers.insert(
@@ -777,6 +1043,7 @@ mod tests {
             Entry {
                 record: record("gone"),
                 expires_at: Some(time::now() - chrono::Duration::seconds(1)),
+                integration: "i".into(),
             },
         );
         assert!(s.provider("live").is_some());

@@ -5,6 +5,7 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::audit::{self, AuditEntry};
+use super::changes::Change;
 use super::{bad_column, Actor, Store};
 use crate::authz::OrgRole;
 use crate::db::Sql;
@@ -227,7 +228,11 @@ impl Store {
         .await?;
         // Their keys leave the data plane.
         if !keys.is_empty() {
-            self.data_plane_changed(&mut tx).await?;
+            let mut changes = Vec::with_capacity(keys.len());
+            for k in &keys {
+                changes.push(Change::ApiKey(k.try_get("id")?));
+            }
+            self.data_plane_changed(&mut tx, &changes).await?;
         }
         tx.commit().await?;
         if !keys.is_empty() {

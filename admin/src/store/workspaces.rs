@@ -5,6 +5,7 @@ use sqlx::any::AnyRow;
 use sqlx::Row;
 
 use super::audit::{self, AuditEntry};
+use super::changes::Change;
 use super::usage;
 use super::{from_text, to_text, Actor, Store};
 use crate::authz::WorkspaceRole;
@@ -372,7 +373,8 @@ impl Store {
                 .workspace(Some(&ws.id)),
         )
         .await?;
-        self.data_plane_changed(&mut tx).await?;
+        self.data_plane_changed(&mut tx, &[Change::Workspace(ws.id.clone())])
+            .await?;
         tx.commit().await?;
         self.after_data_plane_change().await;
         Ok(ws)
@@ -519,7 +521,8 @@ impl Store {
                 .workspace(Some(&ws.id)),
         )
         .await?;
-        self.data_plane_changed(&mut tx).await?;
+        self.data_plane_changed(&mut tx, &[Change::Workspace(ws.id.clone())])
+            .await?;
         tx.commit().await?;
         self.after_data_plane_change().await;
         Ok(())
@@ -561,8 +564,9 @@ impl Store {
                 remaining.join(", ")
             )));
         }
-        // Its providers and configs leave the data plane.
-        self.data_plane_changed(&mut tx).await?;
+        // Its keys, providers, configs, guardrails and policies leave the data plane.
+        self.data_plane_changed(&mut tx, &[Change::Everything])
+            .await?;
         sqlx::query("DELETE FROM api_keys WHERE workspace_id = $1")
             .bind(&ws.id)
             .execute(&mut *tx)

@@ -285,6 +285,11 @@ impl App {
             .expect("count")
     }
 
+    /// The URL of the app's database (to open another instance on it).
+    pub fn db_url(&self) -> String {
+        self._db.url.clone()
+    }
+
     /// Runs a statement directly on the database (to set up what the API cannot).
     pub async fn sql(&self, sql: &str, args: &[&str]) {
         let mut q = sqlx::query(sqlx::AssertSqlSafe(sql.to_owned()));
@@ -309,7 +314,12 @@ pub async fn rebuild(app: &App) {
         &[],
     )
     .await;
-    assert!(app.store.refresh_data_plane().await.expect("rebuild"));
+    assert!(app
+        .store
+        .refresh_data_plane()
+        .await
+        .expect("rebuild")
+        .published());
 }
 
 /// Workspace-level scopes for keys in tests.

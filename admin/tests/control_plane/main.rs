@@ -13,6 +13,7 @@ mod config_secrets;
 mod configs;
 mod deployments;
 mod guardrails;
+mod incremental_snapshot;
 mod integration_models;
 mod integrations;
 mod key_rotation;
