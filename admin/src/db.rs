@@ -113,6 +113,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "data_plane_changes",
         include_str!("../migrations/0010_data_plane_changes.sql"),
     ),
+    (
+        11,
+        "bulk_audit",
+        include_str!("../migrations/0011_bulk_audit.sql"),
+    ),
 ];
 
 /// The key of the PostgreSQL advisory lock that serialises migrations and bootstrap across

@@ -79,6 +79,27 @@ impl AdminError {
         AdminError::validation(format!("{path}: {problem}"))
     }
 
+    /// The same error about an item of a list (`keys[3]`): a message that names a field
+    /// (`scopes: ...`) names it inside the item (`keys[3].scopes: ...`); another one is said of
+    /// the item (`keys[3]: ...`). Internal errors are left as they are.
+    pub fn within(self, item: &str) -> AdminError {
+        if self.kind == ErrorKind::Internal {
+            return self;
+        }
+        let names_a_field = self.message.split_once(": ").is_some_and(|(path, _)| {
+            !path.is_empty()
+                && path
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "_.[]".contains(c))
+        });
+        let message = if names_a_field {
+            format!("{item}.{}", self.message)
+        } else {
+            format!("{item}: {}", self.message)
+        };
+        AdminError { message, ..self }
+    }
+
     pub fn reference(message: impl Into<String>) -> AdminError {
         AdminError::new(ErrorKind::Reference, message)
     }

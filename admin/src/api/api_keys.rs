@@ -272,7 +272,97 @@ pub async fn create_or_rotate(
 }
 
 async fn create(store: &Store, ctx: &Ctx, kind: KeyKind) -> Result<Json<Value>> {
-    let body: CreateKey = ctx.json()?;
+    let key = new_key(store, ctx, kind, ctx.json()?).await?;
+    let (id, raw) = store.create_api_key(ctx.actor(), &key).await?;
+    Ok(Json(json!({"id": id, "key": raw, "object": "api-key"})))
+}
+
+/// The most keys one `POST /v1/api-keys/{type}/{sub-type}/bulk` creates.
+pub const MAX_BULK_KEYS: usize = 1000;
+
+/// The body of `POST /v1/api-keys/{type}/{sub-type}/bulk`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = CreateApiKeys)]
+struct CreateKeys {
+    /// 1 to 1000 keys, each as `POST /v1/api-keys/{type}/{sub-type}` takes it.
+    keys: Vec<CreateKey>,
+}
+
+/// `{object: "list", total, data: [{id, key, object}]}`: the new keys, in the order asked,
+/// shown this once.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)] // described in the OpenAPI document, never built
+struct ApiKeysCreated {
+    /// `list`.
+    object: String,
+    total: usize,
+    data: Vec<ApiKeyCreated>,
+}
+
+/// `POST /api-keys/{type}/{sub-type}/bulk`.
+#[utoipa::path(
+    post,
+    path = "/v1/api-keys/{id}/{action}/bulk",
+    operation_id = "createApiKeys",
+    tag = tag::API_KEYS,
+    summary = "Create many keys of one type",
+    description = "`POST /v1/api-keys/{type}/{sub-type}/bulk` creates up to 1000 keys of one \
+        type in one transaction: all of them, or none when one item is refused (the error names \
+        it: `keys[3].scopes: ...`). One audit record (`bulk_create`) lists their ids in \
+        `resource_ids`. The raw keys are shown this once.",
+    params(
+        ("id" = String, Path, description = "`organisation` or `workspace`."),
+        ("action" = String, Path, description = "`service` or `user`."),
+    ),
+    request_body = CreateKeys,
+    responses(
+        (status = 200, description = "The new keys, in the order asked.", body = ApiKeysCreated),
+        (status = 400, description = "An invalid body or item, an unknown key type, no keys or more than 1000.", body = ErrorBody),
+        (status = 404, description = "No workspace or user named in an item (AB02).", body = ErrorBody),
+        (status = 409, description = "A user would have more keys in the workspace than the settings allow.", body = ErrorBody),
+    )
+)]
+pub async fn create_many(
+    State(app): State<AppState>,
+    PathParams((first, second)): PathParams<(String, String)>,
+    ctx: Ctx,
+) -> Result<Json<Value>> {
+    let body: CreateKeys = ctx.json()?;
+    let kind = KeyKind::from_path(&first, &second).ok_or_else(|| {
+        AdminError::validation(format!(
+            "unknown key type {first}/{second}: use organisation/service, workspace/service or workspace/user"
+        ))
+    })?;
+    if body.keys.is_empty() || body.keys.len() > MAX_BULK_KEYS {
+        return Err(AdminError::field(
+            "keys",
+            format!(
+                "1 to {MAX_BULK_KEYS} keys per call; this has {}",
+                body.keys.len()
+            ),
+        ));
+    }
+    let mut keys = Vec::with_capacity(body.keys.len());
+    for (i, item) in body.keys.into_iter().enumerate() {
+        let key = new_key(&app.store, &ctx, kind, item)
+            .await
+            .map_err(|e| e.within(&format!("keys[{i}]")))?;
+        keys.push(key);
+    }
+    let made = app.store.create_api_keys(ctx.actor(), &keys).await?;
+    let data: Vec<Value> = made
+        .into_iter()
+        .map(|(id, key)| json!({"id": id, "key": key, "object": "api-key"}))
+        .collect();
+    Ok(Json(
+        json!({"object": "list", "total": data.len(), "data": data}),
+    ))
+}
+
+/// A key to create from a `CreateKey` body: validated, its references resolved, and the
+/// caller's right to make it checked.
+async fn new_key(store: &Store, ctx: &Ctx, kind: KeyKind, body: CreateKey) -> Result<NewKey> {
     let p = &ctx.principal;
     let org = &p.organisation_id;
     let name = validate::name("name", &body.name)?;
@@ -346,7 +436,7 @@ async fn create(store: &Store, ctx: &Ctx, kind: KeyKind) -> Result<Json<Value>> 
         body.defaults.unwrap_or_default(),
     )
     .await?;
-    let key = NewKey {
+    Ok(NewKey {
         kind,
         name,
         description: validate::description(body.description)?,
@@ -363,9 +453,7 @@ async fn create(store: &Store, ctx: &Ctx, kind: KeyKind) -> Result<Json<Value>> 
         alert_emails: alert_emails(body.alert_emails.unwrap_or_default())?,
         rotation_policy: body.rotation_policy.map(rotation_policy).transpose()?,
         expires_at: expires_at.flatten(),
-    };
-    let (id, raw) = store.create_api_key(ctx.actor(), &key).await?;
-    Ok(Json(json!({"id": id, "key": raw, "object": "api-key"})))
+    })
 }
 
 /// `GET /api-keys`: the keys the caller may list, masked.

@@ -205,7 +205,75 @@ impl Kind {
     )
 )]
 pub async fn create(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
-    let body: CreateProvider = ctx.json()?;
+    let new = new_provider(&app.store, &ctx, ctx.json()?).await?;
+    let id = app.store.create_provider(ctx.actor(), &new).await?;
+    Ok(Json(
+        json!({"id": id, "slug": new.slug, "object": "provider"}),
+    ))
+}
+
+/// The most providers one `POST /v1/providers/bulk` creates.
+pub const MAX_BULK_PROVIDERS: usize = 1000;
+
+/// The body of `POST /v1/providers/bulk`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[schema(as = CreateProviders)]
+struct CreateProviders {
+    /// 1 to 1000 providers, each as `POST /v1/providers` takes it.
+    providers: Vec<CreateProvider>,
+}
+
+/// `POST /providers/bulk` -> `{object: "list", total, data: [{id, slug, object}]}`.
+#[utoipa::path(
+    post,
+    path = "/v1/providers/bulk",
+    operation_id = "createProviders",
+    tag = tag::PROVIDERS,
+    summary = "Create many providers",
+    description = "Creates up to 1000 providers in one transaction: all of them, or none when \
+        one item is refused (the error names it: `providers[2].integration_id: ...`). One audit \
+        record (`bulk_create`) lists their ids in `resource_ids`. `bulk` is not a provider slug.",
+    request_body = CreateProviders,
+    responses(
+        (status = 200, description = "The new providers, in the order asked.", body = ListEnvelope),
+        (status = 400, description = "An invalid body or item, no providers or more than 1000.", body = ErrorBody),
+        (status = 404, description = "No such workspace, or no integration enabled for it (AB02).", body = ErrorBody),
+        (status = 409, description = "A slug is taken (or given twice).", body = ErrorBody),
+    )
+)]
+pub async fn create_many(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
+    let body: CreateProviders = ctx.json()?;
+    if body.providers.is_empty() || body.providers.len() > MAX_BULK_PROVIDERS {
+        return Err(AdminError::field(
+            "providers",
+            format!(
+                "1 to {MAX_BULK_PROVIDERS} providers per call; this has {}",
+                body.providers.len()
+            ),
+        ));
+    }
+    let mut new = Vec::with_capacity(body.providers.len());
+    for (i, item) in body.providers.into_iter().enumerate() {
+        let provider = new_provider(&app.store, &ctx, item)
+            .await
+            .map_err(|e| e.within(&format!("providers[{i}]")))?;
+        new.push(provider);
+    }
+    let ids = app.store.create_providers(ctx.actor(), &new).await?;
+    let data: Vec<Value> = ids
+        .iter()
+        .zip(&new)
+        .map(|(id, p)| json!({"id": id, "slug": p.slug, "object": "provider"}))
+        .collect();
+    Ok(Json(
+        json!({"object": "list", "total": data.len(), "data": data}),
+    ))
+}
+
+/// A provider to create from a `CreateProvider` body: validated, its integration found usable
+/// in its workspace, and the caller's right to make it checked.
+async fn new_provider(store: &Store, ctx: &Ctx, body: CreateProvider) -> Result<NewProvider> {
     let p = &ctx.principal;
     let name = validate::name("name", &body.name)?;
     let given_slug = body
@@ -213,6 +281,12 @@ pub async fn create(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>
         .as_deref()
         .map(|s| check_slug("slug", s))
         .transpose()?;
+    if given_slug.as_deref() == Some("bulk") {
+        return Err(AdminError::field(
+            "slug",
+            "\"bulk\" is reserved (POST /v1/providers/bulk)",
+        ));
+    }
     let note = note(body.note)?;
     let usage_limits = body
         .usage_limits
@@ -221,19 +295,18 @@ pub async fn create(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>
     let rate_limits = validate::rate_limits("rate_limits", body.rate_limits.unwrap_or_default())?;
     let expires_at = body.expires_at.as_deref().map(expiry).transpose()?;
     let tags = tags("tags", body.tags.unwrap_or_default())?;
-    let workspace_id = target_workspace(&app.store, p, body.workspace_id.as_deref()).await?;
+    let workspace_id = target_workspace(store, p, body.workspace_id.as_deref()).await?;
     authz::allowed(
         p,
         &Action::new(Resource::Providers, Op::Create),
         Some(&workspace_id),
     )?;
-    let integration = app
-        .store
+    let integration = store
         .integration(&p.organisation_id, &body.integration_id)
         .await?
         .filter(|i| i.status == "active");
     let integration = match integration {
-        Some(i) if app.store.integration_usable_in(&i, &workspace_id).await? => i,
+        Some(i) if store.integration_usable_in(&i, &workspace_id).await? => i,
         Some(i) => {
             return Err(AdminError::reference(format!(
                 "integration_id: the integration {} is not enabled for this workspace (PUT /integrations/{}/workspaces)",
@@ -251,7 +324,7 @@ pub async fn create(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>
         Some(s) => s,
         None => format!("{}-{}", slug_base(&name, "provider"), keys::random_hex(6)),
     };
-    let new = NewProvider {
+    Ok(NewProvider {
         workspace_id,
         integration_id: integration.id,
         slug,
@@ -261,11 +334,7 @@ pub async fn create(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>
         rate_limits,
         expires_at,
         tags,
-    };
-    let id = app.store.create_provider(ctx.actor(), &new).await?;
-    Ok(Json(
-        json!({"id": id, "slug": new.slug, "object": "provider"}),
-    ))
+    })
 }
 
 /// `GET /providers`: filters `workspace_id`, `integration_id`, `status`, `tags[name]=value`.

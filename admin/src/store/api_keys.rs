@@ -258,6 +258,52 @@ pub(super) async fn insert(
 }
 
 impl Store {
+    /// Creates many keys in one transaction: all or none. One audit record (`bulk_create`)
+    /// names every key made. Returns each key's id and raw key, in the order given.
+    pub async fn create_api_keys(
+        &self,
+        actor: Actor<'_>,
+        keys: &[NewKey],
+    ) -> Result<Vec<(String, String)>> {
+        let mut tx = self.db.begin_write().await?;
+        let org = &actor.principal.organisation_id;
+        let mut made = Vec::with_capacity(keys.len());
+        for (i, key) in keys.iter().enumerate() {
+            if let (KeyKind::WorkspaceUser, Some(ws), Some(user)) =
+                (key.kind, &key.workspace_id, &key.user_id)
+            {
+                super::settings::enforce_user_key_limit(&mut tx, org, ws, user)
+                    .await
+                    .map_err(|e| e.within(&format!("keys[{i}]")))?;
+            }
+            let raw = keys::generate();
+            let id = insert(&mut tx, org, key, &raw)
+                .await
+                .map_err(|e| e.within(&format!("keys[{i}]")))?;
+            made.push((id, raw));
+        }
+        let ids: Vec<String> = made.iter().map(|(id, _)| id.clone()).collect();
+        let workspaces: BTreeSet<Option<&str>> =
+            keys.iter().map(|k| k.workspace_id.as_deref()).collect();
+        let workspace = match workspaces.len() {
+            1 => workspaces.into_iter().next().flatten(),
+            _ => None,
+        };
+        audit::insert(
+            &mut tx,
+            actor,
+            &AuditEntry::new("bulk_create", "api_key")
+                .workspace(workspace)
+                .items(ids.clone()),
+        )
+        .await?;
+        let changes: Vec<Change> = ids.into_iter().map(Change::ApiKey).collect();
+        self.data_plane_changed(&mut tx, &changes).await?;
+        tx.commit().await?;
+        self.after_data_plane_change().await;
+        Ok(made)
+    }
+
     /// Creates a key; returns its id and the raw key, which is never available again.
     pub async fn create_api_key(&self, actor: Actor<'_>, key: &NewKey) -> Result<(String, String)> {
         let raw = keys::generate();

@@ -48,6 +48,8 @@ pub struct AuditEntry {
     pub resource_type: &'static str,
     pub resource_id: Option<String>,
     pub workspace_id: Option<String>,
+    /// The things a bulk action changed, by id (listed as `resource_ids`).
+    pub resource_ids: Vec<String>,
 }
 
 impl AuditEntry {
@@ -57,7 +59,14 @@ impl AuditEntry {
             resource_type,
             resource_id: None,
             workspace_id: None,
+            resource_ids: Vec::new(),
         }
+    }
+
+    /// The items of a bulk action.
+    pub fn items(mut self, ids: Vec<String>) -> AuditEntry {
+        self.resource_ids = ids;
+        self
     }
 
     pub fn resource(mut self, id: &str) -> AuditEntry {
@@ -135,8 +144,8 @@ pub(crate) async fn insert(tx: &mut Tx, actor: Actor<'_>, entry: &AuditEntry) ->
     sqlx::query(
         "INSERT INTO audit_logs (id, timestamp, organisation_id, workspace_id, user_id, user_type,
              api_key_id, action, resource_type, resource_id, method, uri, request_id, request_body,
-             response_status_code, client_ip)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)",
+             response_status_code, client_ip, resource_ids)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)",
     )
     .bind(uuid::Uuid::new_v4().to_string())
     .bind(time::format(time::now()))
@@ -159,6 +168,7 @@ pub(crate) async fn insert(tx: &mut Tx, actor: Actor<'_>, entry: &AuditEntry) ->
     .bind(r.body.as_ref().map(Value::to_string))
     .bind(200_i64)
     .bind(r.client_ip.clone())
+    .bind((!entry.resource_ids.is_empty()).then(|| super::to_text(&entry.resource_ids)))
     .execute(&mut **tx)
     .await?;
     Ok(())
@@ -453,7 +463,8 @@ impl Store {
 
 fn record(r: &AnyRow) -> Result<Value> {
     let body: Option<String> = r.try_get("request_body")?;
-    Ok(json!({
+    let ids: Option<String> = r.try_get("resource_ids")?;
+    let mut record = json!({
         "id": r.try_get::<String, _>("id")?,
         "timestamp": r.try_get::<String, _>("timestamp")?,
         "method": r.try_get::<String, _>("method")?,
@@ -470,7 +481,12 @@ fn record(r: &AnyRow) -> Result<Value> {
         "resource_id": r.try_get::<Option<String>, _>("resource_id")?,
         "action": r.try_get::<String, _>("action")?,
         "client_ip": r.try_get::<Option<String>, _>("client_ip")?,
-    }))
+    });
+    // A bulk action's items.
+    if let Some(ids) = ids {
+        record["resource_ids"] = super::from_text("audit_logs.resource_ids", &ids)?;
+    }
+    Ok(record)
 }
 
 #[cfg(test)]

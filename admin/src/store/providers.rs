@@ -242,6 +242,45 @@ pub(super) async fn insert(tx: &mut Tx, organisation_id: &str, p: &NewProvider) 
 }
 
 impl Store {
+    /// Creates many providers in one transaction: all or none. One audit record
+    /// (`bulk_create`) names every provider made. Returns their ids, in the order given.
+    pub async fn create_providers(
+        &self,
+        actor: Actor<'_>,
+        new: &[NewProvider],
+    ) -> Result<Vec<String>> {
+        let mut tx = self.db.begin_write().await?;
+        let mut ids = Vec::with_capacity(new.len());
+        for (i, p) in new.iter().enumerate() {
+            let id = insert(&mut tx, &actor.principal.organisation_id, p)
+                .await
+                .map_err(|e| e.within(&format!("providers[{i}]")))?;
+            ids.push(id);
+        }
+        let workspaces: std::collections::BTreeSet<&str> =
+            new.iter().map(|p| p.workspace_id.as_str()).collect();
+        let workspace = match workspaces.len() {
+            1 => workspaces.into_iter().next(),
+            _ => None,
+        };
+        audit::insert(
+            &mut tx,
+            actor,
+            &AuditEntry::new("bulk_create", "provider")
+                .workspace(workspace)
+                .items(ids.clone()),
+        )
+        .await?;
+        let changes: Vec<Change> = new
+            .iter()
+            .map(|p| Change::Provider(p.slug.clone()))
+            .collect();
+        self.data_plane_changed(&mut tx, &changes).await?;
+        tx.commit().await?;
+        self.after_data_plane_change().await;
+        Ok(ids)
+    }
+
     /// Creates a provider; returns its id.
     pub async fn create_provider(&self, actor: Actor<'_>, new: &NewProvider) -> Result<String> {
         let mut tx = self.db.begin_write().await?;

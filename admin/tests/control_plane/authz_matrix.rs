@@ -72,6 +72,9 @@ const TABLE: &[(&str, &str, &str, &str)] = &[
     ("POST",   "/v1/api-keys/{id}/{action}",                             "workspace/service",    "+3+++3+3 +3333333 -"),
     ("POST",   "/v1/api-keys/{id}/{action}",                             "workspace/user",       "+3+++3+3 +3333333 -"),
     ("POST",   "/v1/api-keys/{id}/{action}",                             "rotate",               "+3+++3+3 +3333333 +3333333"),
+    ("POST",   "/v1/api-keys/{id}/{action}/bulk",                        "organisation/service", "-        -        +3333333"),
+    ("POST",   "/v1/api-keys/{id}/{action}/bulk",                        "workspace/service",    "+3+++3+3 +3333333 -"),
+    ("POST",   "/v1/api-keys/{id}/{action}/bulk",                        "workspace/user",       "+3+++3+3 +3333333 -"),
     ("POST",   "/v1/admin/workspaces",                                   "",                     "-        -        +3333333"),
     ("GET",    "/v1/admin/workspaces",                                   "",                     "-        -        +3333333"),
     ("GET",    "/v1/admin/workspaces/{id}",                              "",                     "++333333 ++333333 -"),
@@ -138,6 +141,7 @@ const TABLE: &[(&str, &str, &str, &str)] = &[
     ("GET",    "/v1/integrations/{slug}/models",                         "",                     "+3+++++3 +3333333 +3444443"),
     ("PUT",    "/v1/integrations/{slug}/models",                         "",                     "+3+++3+3 +3333333 +3444443"),
     ("POST",   "/v1/providers",                                          "",                     "+3+++3+3 +3333333 +3+++3+3"),
+    ("POST",   "/v1/providers/bulk",                                     "",                     "+3+++3+3 +3333333 +3+++3+3"),
     ("GET",    "/v1/providers",                                          "",                     "+3+++++3 +3333333 +3+++++3"),
     ("GET",    "/v1/providers/{slug}",                                   "",                     "+3+++++3 +3333333 -"),
     ("PUT",    "/v1/providers/{slug}",                                   "",                     "+3+++3+3 +3333333 -"),
@@ -589,6 +593,23 @@ async fn request(
                 json!({"name": "k", "scopes": [], "workspace_id": ws?, "user_id": w.user(ws).await}),
             ),
         ),
+        ("POST", "/v1/api-keys/{id}/{action}/bulk", "organisation/service") if t == Target::Org => {
+            (
+                "/v1/api-keys/organisation/service/bulk".to_owned(),
+                Some(json!({"keys": [{"name": "k", "scopes": []}]})),
+            )
+        }
+        ("POST", "/v1/api-keys/{id}/{action}/bulk", "workspace/service") => (
+            "/v1/api-keys/workspace/service/bulk".to_owned(),
+            Some(json!({"keys": [{"name": "k", "scopes": [], "workspace_id": ws?}]})),
+        ),
+        ("POST", "/v1/api-keys/{id}/{action}/bulk", "workspace/user") => (
+            "/v1/api-keys/workspace/user/bulk".to_owned(),
+            Some(
+                json!({"keys": [{"name": "k", "scopes": [], "workspace_id": ws?,
+                                  "user_id": w.user(ws).await}]}),
+            ),
+        ),
         ("POST", "/v1/admin/workspaces", _) if t == Target::Org => {
             (route.to_owned(), Some(json!({"name": fresh("ws")})))
         }
@@ -794,6 +815,18 @@ async fn request(
                 Some(with_ws(
                     json!({"name": "p", "integration_id": integration?}),
                 )),
+            )
+        }
+        ("POST", "/v1/providers/bulk", _) => {
+            let integration = w.shared(
+                "integration",
+                if t == Target::Org { Target::Own } else { t },
+            );
+            (
+                route.to_owned(),
+                Some(json!({"providers": [with_ws(
+                    json!({"name": "p", "integration_id": integration?}),
+                )]})),
             )
         }
         ("GET", "/v1/providers", _) => (query(route), none),

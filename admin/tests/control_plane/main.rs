@@ -9,6 +9,7 @@ mod audit;
 mod authorisation;
 mod authz_matrix;
 mod bootstrap;
+mod bulk;
 mod config_secrets;
 mod configs;
 mod deployments;
