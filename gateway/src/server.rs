@@ -144,6 +144,11 @@ impl Gateway {
                 .map_err(|e| ConfigErrors(vec![ConfigIssue::new("redis_url", e)]))?;
         }
         let saved = control_plane.store().published();
+        metrics
+            .register(Box::new(crate::control_plane::SnapshotMetrics::new(
+                saved.clone(),
+            )))
+            .expect("a fresh registry has no snapshot metrics yet");
         let providers: Arc<dyn ProviderStore> = Arc::new(FileFirst(
             YamlProviders::from_config(&config),
             saved.clone(),
