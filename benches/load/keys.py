@@ -5,6 +5,8 @@
       Creates N workspace service keys one after another on the gateway at PORT, timing each
       call; records the latency around each checkpoint (10, 100, 1k, 10k, 100k keys existing),
       the total time, and the gateway's RSS (PID) before and after.
+  keys.py fill PORT ADMIN_KEY N
+      Creates N keys 1000 at a time (POST /v1/api-keys/workspace/service/bulk); prints the time.
   keys.py propagate ADMIN_KEY ROUNDS OUT.json PORT1 PORT2 PORT3
       Creates a key on one instance and polls the two others with it until their data plane
       accepts it (anything but a 401): the time from the write's answer to its effect.
@@ -16,7 +18,7 @@ import sys
 import time
 
 CHECKPOINTS = [10, 100, 1_000, 10_000, 100_000, 1_000_000]
-WINDOW = 200
+WINDOW = 1000
 
 
 def rss_kib(pid):
@@ -75,11 +77,43 @@ def create(port, admin, n, pid, out):
         window = latencies[max(0, c - WINDOW):c]
         rows.append({"existing": c, "calls": len(window), "p50_ms": statistics.median(window),
                      "p99_ms": pct(window, 0.99)})
+    buckets = []
+    step = max(1, n // 10)
+    for start in range(0, n, step):
+        b = latencies[start:start + step]
+        buckets.append({"keys": f"{start}-{start + len(b)}", "mean_ms": statistics.mean(b),
+                        "p50_ms": statistics.median(b), "p99_ms": pct(b, 0.99)})
     result = {"keys": n, "total_s": total, "per_key_ms": total * 1000 / n,
+              "all": {"p50_ms": statistics.median(latencies), "p90_ms": pct(latencies, 0.9),
+                      "p99_ms": pct(latencies, 0.99), "p999_ms": pct(latencies, 0.999),
+                      "max_ms": max(latencies)},
+              "buckets": buckets,
               "rss_before_kib": rss_before, "rss_after_kib": rss_after,
               "rss_per_key_bytes": (rss_after - rss_before) * 1024 / n, "checkpoints": rows}
     json.dump(result, open(out, "w"), indent=1)
     print(json.dumps(result, indent=1))
+
+
+def fill(port, admin, n):
+    conn = http.client.HTTPConnection("127.0.0.1", int(port))
+    ws = workspace(conn, admin)
+    start = time.perf_counter()
+    made = 0
+    while made < n:
+        batch = min(1000, n - made)
+        body = json.dumps({"keys": [{"name": f"b{made + i}", "workspace_id": ws,
+                                     "scopes": ["completions.write"],
+                                     "rate_limits": [{"type": "requests", "unit": "rpm",
+                                                      "value": 1000}]}
+                                    for i in range(batch)]})
+        conn.request("POST", "/v1/api-keys/workspace/service/bulk", body=body,
+                     headers={"x-gw-api-key": admin, "content-type": "application/json"})
+        r = conn.getresponse()
+        data = r.read()
+        if r.status != 200:
+            raise SystemExit(f"bulk at {made}: {r.status} {data[:300]!r}")
+        made += batch
+    print(f"{time.perf_counter() - start:.1f}")
 
 
 def accepted(port, key):
@@ -119,6 +153,8 @@ def propagate(admin, rounds, out, ports):
 if __name__ == "__main__":
     if sys.argv[1] == "create":
         create(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5], sys.argv[6])
+    elif sys.argv[1] == "fill":
+        fill(sys.argv[2], sys.argv[3], int(sys.argv[4]))
     elif sys.argv[1] == "propagate":
         propagate(sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5:])
     else:
