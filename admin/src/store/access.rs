@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use futures_util::TryStreamExt;
 use plugin_sdk::access::{
     ApiKeyRecord, Condition, CountedUsage, Defaults, KeyKind, KeyStatus, RateLimit, RateLimitKind,
     RateLimitPolicy, RateUnit, UsageLimit, UsageLimitPolicy, WorkspaceRecord,
@@ -228,13 +229,12 @@ fn readable_key(r: &AnyRow) -> Option<KeyRow> {
 /// Reads everything the access part holds.
 pub(super) async fn load(db: &Db) -> Result<AccessData> {
     let mut data = AccessData::default();
-    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {KEY_COLUMNS} FROM api_keys"
-    )))
-    .fetch_all(db.pool())
-    .await?;
-    for r in &rows {
-        if let Some(read) = readable_key(r) {
+    // Streamed: an organisation's keys are its largest table, and the rows need not all be
+    // in memory at once beside the records made of them.
+    let sql = format!("SELECT {KEY_COLUMNS} FROM api_keys");
+    let mut rows = sqlx::query(sqlx::AssertSqlSafe(sql)).fetch(db.pool());
+    while let Some(r) = rows.try_next().await? {
+        if let Some(read) = readable_key(&r) {
             let id = read.0.id.clone();
             data.put_key(&id, Some(read));
         }
