@@ -16,6 +16,7 @@ use plugin_sdk::access::{
     ApiKeyRecord, Condition, CountedUsage, Defaults, KeyKind, KeyStatus, RateLimit, RateLimitKind,
     RateLimitPolicy, RateUnit, UsageLimit, UsageLimitPolicy, WorkspaceRecord,
 };
+use plugin_sdk::FastState;
 use sqlx::any::AnyRow;
 use sqlx::Row;
 
@@ -29,8 +30,10 @@ use crate::error::{AdminError, Result};
 use crate::time;
 use crate::validate::{self, RateLimitType};
 
-/// The snapshot's maps: a clone with one change costs the change, not a copy of every entry.
-pub type SharedMap<K, V> = super::layered::LayeredMap<K, V>;
+/// A persistent hash map: a clone shares its structure with the original, so a snapshot that
+/// differs by one change costs the changed paths, not a copy of every entry.
+pub type SharedMap<K, V> =
+    imbl::hashmap::GenericHashMap<K, V, FastState, imbl::shared_ptr::DefaultSharedPtr>;
 
 /// Keys, workspaces and policies as the data plane reads them. Immutable once published; a
 /// change is applied to a clone ([`AccessData::apply`]).

@@ -16,7 +16,6 @@ mod guardrails;
 mod integration_models;
 mod integrations;
 mod invites;
-pub mod layered;
 pub mod logs;
 mod members;
 mod policies;
