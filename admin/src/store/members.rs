@@ -216,20 +216,14 @@ impl Store {
     /// once).
     pub async fn delete_member(&self, actor: Actor<'_>, member: &WorkspaceMember) -> Result<()> {
         let mut tx = self.db.begin_write().await?;
+        // The keys deleted, as the DELETE saw them: a key made meanwhile is in the list too.
         let keys: Vec<String> = sqlx::query_scalar(
-            "SELECT id FROM api_keys
-             WHERE workspace_id = $1 AND user_id = $2 AND type = 'workspace-user'",
+            "DELETE FROM api_keys WHERE workspace_id = $1 AND user_id = $2 AND type = 'workspace-user'
+             RETURNING id",
         )
         .bind(&member.workspace_id)
         .bind(&member.user_id)
         .fetch_all(&mut *tx)
-        .await?;
-        sqlx::query(
-            "DELETE FROM api_keys WHERE workspace_id = $1 AND user_id = $2 AND type = 'workspace-user'",
-        )
-        .bind(&member.workspace_id)
-        .bind(&member.user_id)
-        .execute(&mut *tx)
         .await?;
         let done =
             sqlx::query("DELETE FROM workspace_members WHERE workspace_id = $1 AND user_id = $2")

@@ -509,6 +509,7 @@ impl Store {
                 .workspace(Some(&provider.workspace_id)),
         )
         .await?;
+        let mut changes = vec![Change::Provider(provider.slug.clone())];
         if provider.integration_origin == "virtual_key" {
             let left: i64 =
                 sqlx::query_scalar("SELECT COUNT(*) FROM providers WHERE integration_id = $1")
@@ -516,6 +517,8 @@ impl Store {
                     .fetch_one(&mut *tx)
                     .await?;
             if left == 0 {
+                // Its providers go with it (a cascade): one made since the count is one too.
+                changes.push(Change::Integration(provider.integration_id.clone()));
                 sqlx::query("DELETE FROM integrations WHERE id = $1")
                     .bind(&provider.integration_id)
                     .execute(&mut *tx)
@@ -530,8 +533,7 @@ impl Store {
                 .await?;
             }
         }
-        self.data_plane_changed(&mut tx, &[Change::Provider(provider.slug.clone())])
-            .await?;
+        self.data_plane_changed(&mut tx, &changes).await?;
         tx.commit().await?;
         self.after_data_plane_change().await;
         Ok(())

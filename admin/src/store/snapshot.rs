@@ -620,15 +620,28 @@ impl Store {
                 }
             }
             Change::Config(id) => {
-                snapshot.configs.remove(id);
+                let old = snapshot.configs.remove(id);
                 if let Some(slug) = snapshot.config_slugs.remove(id) {
-                    snapshot.configs.remove(&slug);
+                    // Unless another config took the slug since.
+                    let same = |c: &SavedConfig| {
+                        old.as_ref().is_some_and(|o| Arc::ptr_eq(&o.body, &c.body))
+                    };
+                    if snapshot.configs.get(&slug).is_some_and(same) {
+                        snapshot.configs.remove(&slug);
+                    }
                 }
                 self.load_configs(snapshot, Some(id)).await?;
             }
             Change::Guardrail(id) => {
                 if let Some(old) = snapshot.guardrails.remove(id) {
-                    snapshot.guardrails.remove(&old.slug);
+                    // Unless another guardrail took the slug since.
+                    if snapshot
+                        .guardrails
+                        .get(&old.slug)
+                        .is_some_and(|g| g.id == *id)
+                    {
+                        snapshot.guardrails.remove(&old.slug);
+                    }
                 }
                 self.load_guardrails(snapshot, Some(id)).await?;
             }
@@ -683,12 +696,14 @@ impl Store {
         // Secrets of an integration are decrypted once, however many providers use it.
         let mut secrets: HashMap<String, Option<Secrets>> = HashMap::new();
         // The priced models of each integration, which price requests through its providers.
-        let only_integration = match only {
-            Only::Integration(id) => Some(id),
-            _ => None,
+        // Only the integrations these rows use, unless every provider is read.
+        let only_integration: Option<String> = match only {
+            Only::All => None,
+            Only::Integration(id) => Some(id.to_owned()),
+            Only::Provider(_) => Some(rows[0].try_get("integration_id")?),
         };
         let model_prices =
-            super::integration_models::model_prices(&self.db, only_integration).await?;
+            super::integration_models::model_prices(&self.db, only_integration.as_deref()).await?;
         for r in &rows {
             let slug: String = r.try_get("slug")?;
             let integration: String = r.try_get("integration_id")?;

@@ -171,18 +171,15 @@ impl Store {
     /// once) and memberships go with them. The owner is never removed.
     pub async fn delete_user(&self, actor: Actor<'_>, user: &OrgUser) -> Result<()> {
         let mut tx = self.db.begin_write().await?;
+        // The keys deleted, as the DELETE saw them: a key made meanwhile is in the list too.
         let keys = sqlx::query(
-            "SELECT id, workspace_id FROM api_keys WHERE user_id = $1 AND organisation_id = $2",
+            "DELETE FROM api_keys WHERE user_id = $1 AND organisation_id = $2
+             RETURNING id, workspace_id",
         )
         .bind(&user.id)
         .bind(&user.organisation_id)
         .fetch_all(&mut *tx)
         .await?;
-        sqlx::query("DELETE FROM api_keys WHERE user_id = $1 AND organisation_id = $2")
-            .bind(&user.id)
-            .bind(&user.organisation_id)
-            .execute(&mut *tx)
-            .await?;
         sqlx::query("DELETE FROM workspace_members WHERE user_id = $1")
             .bind(&user.id)
             .execute(&mut *tx)
