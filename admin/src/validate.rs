@@ -321,6 +321,17 @@ pub fn usage_limits(field: &str, input: UsageLimitsInput) -> Result<UsageLimits>
     })
 }
 
+/// The number of items of a bulk call (`field`): 1 to `max`.
+pub fn bulk_size(field: &str, len: usize, max: usize) -> Result<()> {
+    if len == 0 || len > max {
+        return Err(AdminError::field(
+            field,
+            format!("1 to {max} {field} per call; this has {len}"),
+        ));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

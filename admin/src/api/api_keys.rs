@@ -334,15 +334,7 @@ pub async fn create_many(
             "unknown key type {first}/{second}: use organisation/service, workspace/service or workspace/user"
         ))
     })?;
-    if body.keys.is_empty() || body.keys.len() > MAX_BULK_KEYS {
-        return Err(AdminError::field(
-            "keys",
-            format!(
-                "1 to {MAX_BULK_KEYS} keys per call; this has {}",
-                body.keys.len()
-            ),
-        ));
-    }
+    validate::bulk_size("keys", body.keys.len(), MAX_BULK_KEYS)?;
     let mut keys = Vec::with_capacity(body.keys.len());
     for (i, item) in body.keys.into_iter().enumerate() {
         let key = new_key(&app.store, &ctx, kind, item)

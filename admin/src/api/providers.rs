@@ -244,15 +244,7 @@ struct CreateProviders {
 )]
 pub async fn create_many(State(app): State<AppState>, ctx: Ctx) -> Result<Json<Value>> {
     let body: CreateProviders = ctx.json()?;
-    if body.providers.is_empty() || body.providers.len() > MAX_BULK_PROVIDERS {
-        return Err(AdminError::field(
-            "providers",
-            format!(
-                "1 to {MAX_BULK_PROVIDERS} providers per call; this has {}",
-                body.providers.len()
-            ),
-        ));
-    }
+    validate::bulk_size("providers", body.providers.len(), MAX_BULK_PROVIDERS)?;
     let mut new = Vec::with_capacity(body.providers.len());
     for (i, item) in body.providers.into_iter().enumerate() {
         let provider = new_provider(&app.store, &ctx, item)
