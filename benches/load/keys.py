@@ -35,18 +35,26 @@ def workspace(conn, admin):
     return json.loads(r.read())["data"][0]["id"]
 
 
-def create_key(conn, admin, ws, n):
-    body = json.dumps({
-        "name": f"k{n}", "workspace_id": ws, "scopes": ["completions.write"],
-        "rate_limits": [{"type": "requests", "unit": "rpm", "value": 1000}],
-    })
-    conn.request("POST", "/v1/api-keys/workspace/service", body=body,
+def key_body(ws, name):
+    """One workspace service key as the create routes take it."""
+    return {"name": name, "workspace_id": ws, "scopes": ["completions.write"],
+            "rate_limits": [{"type": "requests", "unit": "rpm", "value": 1000}]}
+
+
+def post(conn, admin, path, body, what):
+    """POSTs JSON with the admin key; the answer's JSON, or exits naming `what`."""
+    conn.request("POST", path, body=json.dumps(body),
                  headers={"x-gw-api-key": admin, "content-type": "application/json"})
     r = conn.getresponse()
     data = r.read()
     if r.status != 200:
-        raise SystemExit(f"key {n}: {r.status} {data[:300]!r}")
-    return json.loads(data)["key"]
+        raise SystemExit(f"{what}: {r.status} {data[:300]!r}")
+    return json.loads(data)
+
+
+def create_key(conn, admin, ws, n):
+    return post(conn, admin, "/v1/api-keys/workspace/service", key_body(ws, f"k{n}"),
+                f"key {n}")["key"]
 
 
 def pct(values, p):
@@ -101,17 +109,9 @@ def fill(port, admin, n):
     made = 0
     while made < n:
         batch = min(1000, n - made)
-        body = json.dumps({"keys": [{"name": f"b{made + i}", "workspace_id": ws,
-                                     "scopes": ["completions.write"],
-                                     "rate_limits": [{"type": "requests", "unit": "rpm",
-                                                      "value": 1000}]}
-                                    for i in range(batch)]})
-        conn.request("POST", "/v1/api-keys/workspace/service/bulk", body=body,
-                     headers={"x-gw-api-key": admin, "content-type": "application/json"})
-        r = conn.getresponse()
-        data = r.read()
-        if r.status != 200:
-            raise SystemExit(f"bulk at {made}: {r.status} {data[:300]!r}")
+        keys = [key_body(ws, f"b{made + i}") for i in range(batch)]
+        post(conn, admin, "/v1/api-keys/workspace/service/bulk", {"keys": keys},
+             f"bulk at {made}")
         made += batch
     print(f"{time.perf_counter() - start:.1f}")
 
