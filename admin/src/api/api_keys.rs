@@ -263,12 +263,17 @@ pub async fn create_or_rotate(
     if second == "rotate" && first != "organisation" && first != "workspace" {
         return rotate(&app.store, &ctx, &first).await;
     }
-    let kind = KeyKind::from_path(&first, &second).ok_or_else(|| {
+    let kind = key_kind(&first, &second)?;
+    create(&app.store, &ctx, kind).await
+}
+
+/// The kind of key a create path names (`{type}/{sub-type}`), or a 400 listing the kinds.
+fn key_kind(first: &str, second: &str) -> Result<KeyKind> {
+    KeyKind::from_path(first, second).ok_or_else(|| {
         AdminError::validation(format!(
             "unknown key type {first}/{second}: use organisation/service, workspace/service or workspace/user"
         ))
-    })?;
-    create(&app.store, &ctx, kind).await
+    })
 }
 
 async fn create(store: &Store, ctx: &Ctx, kind: KeyKind) -> Result<Json<Value>> {
@@ -329,11 +334,7 @@ pub async fn create_many(
     ctx: Ctx,
 ) -> Result<Json<Value>> {
     let body: CreateKeys = ctx.json()?;
-    let kind = KeyKind::from_path(&first, &second).ok_or_else(|| {
-        AdminError::validation(format!(
-            "unknown key type {first}/{second}: use organisation/service, workspace/service or workspace/user"
-        ))
-    })?;
+    let kind = key_kind(&first, &second)?;
     validate::bulk_size("keys", body.keys.len(), MAX_BULK_KEYS)?;
     let mut keys = Vec::with_capacity(body.keys.len());
     for (i, item) in body.keys.into_iter().enumerate() {
