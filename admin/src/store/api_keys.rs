@@ -283,17 +283,11 @@ impl Store {
             made.push((id, raw));
         }
         let ids: Vec<String> = made.iter().map(|(id, _)| id.clone()).collect();
-        let workspaces: BTreeSet<Option<&str>> =
-            keys.iter().map(|k| k.workspace_id.as_deref()).collect();
-        let workspace = match workspaces.len() {
-            1 => workspaces.into_iter().next().flatten(),
-            _ => None,
-        };
         audit::insert(
             &mut tx,
             actor,
             &AuditEntry::new("bulk_create", "api_key")
-                .workspace(workspace)
+                .workspace_of_all(keys.iter().map(|k| k.workspace_id.as_deref()))
                 .items(ids.clone()),
         )
         .await?;

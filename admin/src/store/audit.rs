@@ -63,6 +63,17 @@ impl AuditEntry {
         }
     }
 
+    /// The workspace of a bulk action: the one all its items belong to, none when they differ.
+    pub fn workspace_of_all<'a>(
+        self,
+        items: impl IntoIterator<Item = Option<&'a str>>,
+    ) -> AuditEntry {
+        let mut items = items.into_iter();
+        let first = items.next().flatten();
+        let shared = items.all(|w| w == first);
+        self.workspace(if shared { first } else { None })
+    }
+
     /// The items of a bulk action.
     pub fn items(mut self, ids: Vec<String>) -> AuditEntry {
         self.resource_ids = ids;

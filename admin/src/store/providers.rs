@@ -257,17 +257,11 @@ impl Store {
                 .map_err(|e| e.within(&format!("providers[{i}]")))?;
             ids.push(id);
         }
-        let workspaces: std::collections::BTreeSet<&str> =
-            new.iter().map(|p| p.workspace_id.as_str()).collect();
-        let workspace = match workspaces.len() {
-            1 => workspaces.into_iter().next(),
-            _ => None,
-        };
         audit::insert(
             &mut tx,
             actor,
             &AuditEntry::new("bulk_create", "provider")
-                .workspace(workspace)
+                .workspace_of_all(new.iter().map(|p| Some(p.workspace_id.as_str())))
                 .items(ids.clone()),
         )
         .await?;
