@@ -442,10 +442,8 @@ impl Drop for RunningGateway {
     }
 }
 
-/// A free port on 127.0.0.1 for a test server to listen on.
+/// A free port on 127.0.0.1 for a test server to listen on (see
+/// [`plugin_sdk::testing::free_local_addr`] for why it is not simply `bind(0)`).
 pub fn free_local_addr() -> std::net::SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port");
-    listener
-        .local_addr()
-        .expect("a bound listener has an address")
+    plugin_sdk::testing::free_local_addr()
 }

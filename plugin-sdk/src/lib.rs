@@ -22,6 +22,7 @@ pub mod registry;
 pub mod sinks;
 pub mod store;
 pub mod target;
+pub mod testing;
 pub mod time;
 
 /// The hash state of lookup tables consulted on every request (providers by slug, prices,

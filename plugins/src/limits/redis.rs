@@ -565,9 +565,8 @@ pub fn test_cluster() -> Option<TestCluster> {
     test_url()?;
     // A free port whose cluster bus port (+10000) is free too.
     let port = || loop {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let p = l.local_addr().unwrap().port();
-        if p < 55_000 && std::net::TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok() {
+        let p = plugin_sdk::testing::free_local_port();
+        if std::net::TcpListener::bind(("127.0.0.1", p + 10_000)).is_ok() {
             return p;
         }
     };

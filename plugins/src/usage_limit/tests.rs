@@ -1612,10 +1612,7 @@ async fn a_settlement_across_a_redis_restart_is_retried_and_lands() {
     if crate::limits::redis::test_url().is_none() {
         return;
     }
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = plugin_sdk::testing::free_local_port();
     let mut redis = Some(PrivateRedis::start(port));
     let url = format!("redis://127.0.0.1:{port}");
     let e = env_with(
