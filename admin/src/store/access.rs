@@ -35,6 +35,10 @@ use crate::validate::{self, RateLimitType};
 pub type SharedMap<K, V> =
     imbl::hashmap::GenericHashMap<K, V, FastState, imbl::shared_ptr::DefaultSharedPtr>;
 
+/// A persistent ordered map: denser than [`SharedMap`] (a quarter of its memory per entry) but
+/// slower to search, so it holds what only writes look up.
+type SharedOrdMap<K, V> = imbl::ordmap::GenericOrdMap<K, V, imbl::shared_ptr::DefaultSharedPtr>;
+
 /// Keys, workspaces and policies as the data plane reads them. Immutable once published; a
 /// change is applied to a clone ([`AccessData::apply`]).
 #[derive(Debug, Default, Clone)]
@@ -42,8 +46,11 @@ pub struct AccessData {
     keys: SharedMap<[u8; 32], Arc<ApiKeyRecord>>,
     /// A rotated key's previous value, with the end of its transition.
     previous: SharedMap<[u8; 32], (Arc<ApiKeyRecord>, SystemTime)>,
-    /// Each key's digests (current, previous) by id: what a change to the key replaces.
-    key_digests: SharedMap<String, ([u8; 32], Option<[u8; 32]>)>,
+    /// Each key's current digest by id, and a rotated key's previous one: what a change to the
+    /// key replaces. The ids are the records' own.
+    key_digests: SharedOrdMap<Arc<str>, [u8; 32]>,
+    previous_digests: SharedOrdMap<Arc<str>, [u8; 32]>,
+    interned: Interned,
     workspaces: SharedMap<String, Arc<WorkspaceRecord>>,
     rate_policies: Arc<[RateLimitPolicy]>,
     usage_policies: Arc<[UsageLimitPolicy]>,
@@ -110,24 +117,35 @@ impl AccessData {
     /// Puts a key read from its row in place of what the snapshot held under its id (`None`:
     /// the key is gone).
     fn put_key(&mut self, id: &str, row: Option<KeyRow>) {
-        if let Some((current, previous)) = self.key_digests.remove(id) {
+        if let Some(current) = self.key_digests.remove(id) {
             self.keys.remove(&current);
-            if let Some(p) = previous {
-                self.previous.remove(&p);
-            }
+        }
+        if let Some(previous) = self.previous_digests.remove(id) {
+            self.previous.remove(&previous);
         }
         let Some((record, hash, previous)) = row else {
             return;
         };
         let record = Arc::new(record);
         if let Some((digest, until)) = previous {
+            self.previous_digests.insert(record.id.clone(), digest);
             self.previous.insert(digest, (record.clone(), until));
         }
-        self.key_digests.insert(
-            record.id.clone(),
-            (hash, previous.map(|(digest, _)| digest)),
-        );
+        self.key_digests.insert(record.id.clone(), hash);
         self.keys.insert(hash, record);
+    }
+
+    /// A key's row read into a record, or `None` with an error in the log when it cannot be
+    /// (the key is refused).
+    fn readable_key(&mut self, r: &AnyRow) -> Option<KeyRow> {
+        match key_from_row(r, &mut self.interned) {
+            Ok(read) => Some(read),
+            Err(e) => {
+                let id: String = r.try_get("id").unwrap_or_default();
+                tracing::error!(key = %id, error = %e, "API key left out of the data plane: its row cannot be read");
+                None
+            }
+        }
     }
 
     /// Applies one change to the part it names by re-reading its rows; false for a change this
@@ -141,7 +159,7 @@ impl AccessData {
                 .bind(id)
                 .fetch_optional(db.pool())
                 .await?;
-                let read = row.as_ref().and_then(readable_key);
+                let read = row.as_ref().and_then(|r| self.readable_key(r));
                 self.put_key(id, read);
             }
             Change::Workspace(id) => match load_workspace(db, id).await? {
@@ -214,18 +232,6 @@ const KEY_COLUMNS: &str = "id, organisation_id, workspace_id, user_id, type, sta
     scopes, defaults, rate_limits, usage_limits, current_usage, usage_period, reset_epoch,
     key_hash, previous_key_hash, previous_key_expires_at";
 
-/// A key's row read, or `None` with an error in the log when it cannot be (the key is refused).
-fn readable_key(r: &AnyRow) -> Option<KeyRow> {
-    match key_from_row(r) {
-        Ok(read) => Some(read),
-        Err(e) => {
-            let id: String = r.try_get("id").unwrap_or_default();
-            tracing::error!(key = %id, error = %e, "API key left out of the data plane: its row cannot be read");
-            None
-        }
-    }
-}
-
 /// Reads everything the access part holds.
 pub(super) async fn load(db: &Db) -> Result<AccessData> {
     let mut data = AccessData::default();
@@ -234,7 +240,7 @@ pub(super) async fn load(db: &Db) -> Result<AccessData> {
     let sql = format!("SELECT {KEY_COLUMNS} FROM api_keys");
     let mut rows = sqlx::query(sqlx::AssertSqlSafe(sql)).fetch(db.pool());
     while let Some(r) = rows.try_next().await? {
-        if let Some(read) = readable_key(&r) {
+        if let Some(read) = data.readable_key(&r) {
             let id = read.0.id.clone();
             data.put_key(&id, Some(read));
         }
@@ -404,7 +410,45 @@ fn system_time(column: &str, text: &str) -> Result<SystemTime> {
 
 type KeyRow = (ApiKeyRecord, [u8; 32], Option<([u8; 32], SystemTime)>);
 
-fn key_from_row(r: &AnyRow) -> Result<KeyRow> {
+/// Values that many keys repeat, each held once: organisation and workspace ids, scope lists,
+/// and the empty defaults (what most keys have). Only grows (by the distinct values of the keys
+/// read since the last full read: a few per workspace), so a value once seen is shared by every
+/// later key that repeats it.
+#[derive(Debug, Default, Clone)]
+struct Interned {
+    ids: SharedMap<Arc<str>, ()>,
+    scopes: SharedMap<Arc<[String]>, ()>,
+    no_defaults: Option<Arc<Defaults>>,
+}
+
+impl Interned {
+    fn id(&mut self, id: String) -> Arc<str> {
+        if let Some((held, ())) = self.ids.get_key_value(id.as_str()) {
+            return held.clone();
+        }
+        let id: Arc<str> = Arc::from(id);
+        self.ids.insert(id.clone(), ());
+        id
+    }
+
+    fn scopes(&mut self, scopes: Vec<String>) -> Arc<[String]> {
+        if let Some((held, ())) = self.scopes.get_key_value(scopes.as_slice()) {
+            return held.clone();
+        }
+        let scopes: Arc<[String]> = Arc::from(scopes);
+        self.scopes.insert(scopes.clone(), ());
+        scopes
+    }
+
+    fn defaults(&mut self, defaults: Defaults) -> Arc<Defaults> {
+        if defaults == Defaults::default() {
+            return self.no_defaults.get_or_insert_with(Arc::default).clone();
+        }
+        Arc::new(defaults)
+    }
+}
+
+fn key_from_row(r: &AnyRow, interned: &mut Interned) -> Result<KeyRow> {
     let kind: String = r.try_get("type")?;
     let kind = match kind.as_str() {
         "organisation-service" => KeyKind::OrganisationService,
@@ -429,18 +473,23 @@ fn key_from_row(r: &AnyRow) -> Result<KeyRow> {
         &r.try_get::<String, _>("rate_limits")?,
     )?;
     let defaults: Defaults = from_text("api_keys.defaults", &r.try_get::<String, _>("defaults")?)?;
+    let workspace_id: Option<String> = r.try_get("workspace_id")?;
+    let user_id: Option<String> = r.try_get("user_id")?;
     let record = ApiKeyRecord {
-        id: r.try_get("id")?,
-        organisation_id: r.try_get("organisation_id")?,
-        workspace_id: r.try_get("workspace_id")?,
-        user_id: r.try_get("user_id")?,
+        id: Arc::from(r.try_get::<String, _>("id")?),
+        organisation_id: interned.id(r.try_get("organisation_id")?),
+        workspace_id: workspace_id.map(|ws| interned.id(ws)),
+        user_id: user_id.map(Arc::from),
         kind,
         status,
         expires_at: expires_at
             .map(|t| system_time("api_keys.expires_at", &t))
             .transpose()?,
-        scopes: from_text("api_keys.scopes", &r.try_get::<String, _>("scopes")?)?,
-        defaults,
+        scopes: interned.scopes(from_text(
+            "api_keys.scopes",
+            &r.try_get::<String, _>("scopes")?,
+        )?),
+        defaults: interned.defaults(defaults),
         rate_limits: rate_limits.iter().map(rate_limit).collect(),
         usage_limits: usage_limits.as_ref().map(usage::sdk_limit),
         counted: counted_of(r)?,
@@ -560,8 +609,8 @@ mod tests {
             kind: KeyKind::OrganisationService,
             status,
             expires_at: None,
-            scopes: vec![],
-            defaults: Defaults::default(),
+            scopes: Arc::from([]),
+            defaults: Arc::default(),
             rate_limits: vec![],
             usage_limits: Some(UsageLimit {
                 credit_limit: 1.0,

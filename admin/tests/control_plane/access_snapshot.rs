@@ -2,6 +2,7 @@
 //! workspaces, active policies with their counted usage — present at once after every change
 //! made through the control plane, absent once deleted, archived or expired.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use admin::authz::{OrgRole, WorkspaceRole};
@@ -29,10 +30,10 @@ async fn keys_follow_every_change(db: TestDb) {
     let admin = published
         .api_key(&digest(ADMIN_KEY))
         .expect("the admin key");
-    assert_eq!(admin.id, app.admin_key_id);
+    assert_eq!(admin.id.to_string(), app.admin_key_id);
     assert_eq!(admin.kind, KeyKind::OrganisationService);
     assert_eq!(admin.workspace_id, None);
-    assert_eq!(admin.organisation_id, app.org);
+    assert_eq!(admin.organisation_id.to_string(), app.org);
     assert!(admin.scopes.iter().any(|s| s == "logs.export"));
 
     let config = ok(
@@ -63,11 +64,11 @@ async fn keys_follow_every_change(db: TestDb) {
     let k = published
         .api_key(&digest(&raw))
         .expect("a new key is in this instance's snapshot at once");
-    assert_eq!(k.id, id);
+    assert_eq!(k.id.to_string(), id);
     assert_eq!(k.workspace_id.as_deref(), Some(app.default_ws.as_str()));
     assert_eq!(k.kind, KeyKind::WorkspaceService);
     assert_eq!(k.status, KeyStatus::Active);
-    assert_eq!(k.scopes, ["completions.write", "logs.list"]);
+    assert_eq!(k.scopes.to_vec(), ["completions.write", "logs.list"]);
     assert_eq!(
         k.rate_limits,
         [RateLimit {
@@ -100,7 +101,7 @@ async fn keys_follow_every_change(db: TestDb) {
     )
     .await;
     let k = published.api_key(&digest(&raw)).unwrap();
-    assert_eq!(k.scopes, ["completions.write"]);
+    assert_eq!(k.scopes.to_vec(), ["completions.write"]);
 
     // A reset starts a new epoch.
     ok(&app, "PUT", &path, Some(json!({"reset_usage": true}))).await;
@@ -116,9 +117,12 @@ async fn keys_follow_every_change(db: TestDb) {
     // Rotation: the new value at once, the previous one until its transition ends.
     let rotated = ok(&app, "POST", &format!("{path}/rotate"), Some(json!({}))).await;
     let new_raw = rotated["key"].as_str().unwrap().to_owned();
-    assert_eq!(published.api_key(&digest(&new_raw)).unwrap().id, id);
     assert_eq!(
-        published.api_key(&digest(&raw)).map(|k| k.id.clone()),
+        published.api_key(&digest(&new_raw)).unwrap().id.to_string(),
+        id
+    );
+    assert_eq!(
+        published.api_key(&digest(&raw)).map(|k| k.id.to_string()),
         Some(id.clone()),
         "the previous value works during the transition"
     );
@@ -449,7 +453,34 @@ async fn an_elapsed_period_reactivates(db: TestDb) {
     assert_eq!(got["usage_limits"]["current_usage"], 7.0);
 }
 
+/// What keys repeat (organisation and workspace ids, a scope list, empty defaults) is held once
+/// in the snapshot, whether the keys were applied one change at a time or read all at once.
+async fn keys_share_what_they_repeat(db: TestDb) {
+    let app = App::start(db).await;
+    let published = app.store.published();
+    let body =
+        || json!({"name": "svc", "workspace_id": app.default_ws, "scopes": ["completions.write"]});
+    let (_, first) = app.key(ADMIN_KEY, SERVICE, body()).await;
+    let (_, second) = app.key(ADMIN_KEY, SERVICE, body()).await;
+    let shared = |published: &admin::store::Published| {
+        let a = published.api_key(&digest(&first)).unwrap();
+        let b = published.api_key(&digest(&second)).unwrap();
+        assert!(Arc::ptr_eq(&a.organisation_id, &b.organisation_id));
+        assert!(Arc::ptr_eq(
+            a.workspace_id.as_ref().unwrap(),
+            b.workspace_id.as_ref().unwrap()
+        ));
+        assert!(Arc::ptr_eq(&a.scopes, &b.scopes));
+        assert!(Arc::ptr_eq(&a.defaults, &b.defaults));
+        assert!(!Arc::ptr_eq(&a.id, &b.id));
+    };
+    shared(&published);
+    rebuild(&app).await;
+    shared(&published);
+}
+
 crate::on_both_databases!(
+    keys_share_what_they_repeat,
     keys_follow_every_change,
     keys_leave_with_their_users,
     workspaces_follow_every_change,

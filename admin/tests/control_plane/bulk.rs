@@ -37,7 +37,7 @@ async fn keys_made_in_one_call(db: TestDb) {
         let record = published
             .api_key(&digest(k["key"].as_str().unwrap()))
             .expect("in the snapshot");
-        assert_eq!(record.id, k["id"].as_str().unwrap());
+        assert_eq!(&*record.id, k["id"].as_str().unwrap());
         assert_eq!(
             record.workspace_id.as_deref(),
             Some(app.default_ws.as_str())

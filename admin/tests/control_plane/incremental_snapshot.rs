@@ -414,7 +414,8 @@ async fn the_check_corrects_a_drift(db: TestDb) {
         published
             .api_key(&crate::common::digest(&raw))
             .unwrap()
-            .scopes,
+            .scopes
+            .to_vec(),
         vec!["logs.list".to_string()]
     );
     assert_eq!(published.stats().differed.load(Ordering::Relaxed), 1);

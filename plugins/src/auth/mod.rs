@@ -289,14 +289,14 @@ impl Auth {
         if let Some(ws) = &workspace {
             add_workspace_limits(ws, &mut rate_limits, &mut budgets);
         }
-        apply_defaults(cx, Some(&key.defaults), workspace.as_deref())?;
+        apply_defaults(cx, Some(&*key.defaults), workspace.as_deref())?;
         cx.extensions.insert(Principal {
             method: AuthMethod::ApiKey(key.kind),
-            organisation_id: Some(key.organisation_id.clone()),
-            workspace_id: key.workspace_id.clone(),
-            api_key_id: Some(key.id.clone()),
-            user_id: key.user_id.clone(),
-            scopes: key.scopes.clone(),
+            organisation_id: Some(key.organisation_id.to_string()),
+            workspace_id: key.workspace_id.as_deref().map(str::to_owned),
+            api_key_id: Some(key.id.to_string()),
+            user_id: key.user_id.as_deref().map(str::to_owned),
+            scopes: key.scopes.to_vec(),
             rate_limits,
             budgets,
         });

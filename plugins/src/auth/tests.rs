@@ -140,8 +140,8 @@ fn key_record(id: &str) -> ApiKeyRecord {
         kind: KeyKind::WorkspaceService,
         status: KeyStatus::Active,
         expires_at: None,
-        scopes: Vec::new(),
-        defaults: Defaults::default(),
+        scopes: Arc::from([]),
+        defaults: Arc::default(),
         rate_limits: Vec::new(),
         usage_limits: None,
         counted: CountedUsage::default(),
@@ -416,10 +416,10 @@ async fn expired_keys_are_401_by_status_and_by_time_and_exhausted_ones_pass() {
 async fn a_key_without_completions_write_is_403_on_llm_and_passthrough_routes() {
     let f = Fixture::new();
     let mut narrow = key_record("key-narrow");
-    narrow.scopes = vec!["logs.list".into(), "logs.view".into()];
+    narrow.scopes = Arc::from(["logs.list".to_owned(), "logs.view".to_owned()]);
     f.store.add_key("sk-narrow", narrow);
     let mut wide = key_record("key-wide");
-    wide.scopes = vec!["logs.list".into(), "completions.write".into()];
+    wide.scopes = Arc::from(["logs.list".to_owned(), "completions.write".to_owned()]);
     f.store.add_key("sk-wide", wide);
     // No scopes: the kind's default rights, which include calling the gateway.
     for (raw, kind) in [
@@ -471,11 +471,11 @@ async fn defaults_merge_metadata_and_set_the_config_when_the_request_chose_none(
     ws.defaults.config_id = Some("pc-workspace".into());
     f.store.add_workspace(ws);
     let mut k = key_record("key-1");
-    k.defaults.metadata = BTreeMap::from([
+    Arc::make_mut(&mut k.defaults).metadata = BTreeMap::from([
         ("team".into(), "key-team".into()),
         ("_user".into(), "key-user".into()),
     ]);
-    k.defaults.config_id = Some("pc-key".into());
+    Arc::make_mut(&mut k.defaults).config_id = Some("pc-key".into());
     f.store.add_key("sk-1", k);
     f.store.add_key("sk-2", key_record("key-2"));
     let plugin = f.plugin(json!({}));
@@ -521,8 +521,9 @@ async fn defaults_merge_metadata_and_set_the_config_when_the_request_chose_none(
 async fn a_request_config_is_403_when_the_default_config_may_not_be_overridden() {
     let f = Fixture::new();
     let mut k = key_record("key-1");
-    k.defaults.config_id = Some("pc-locked".into());
-    k.defaults.allow_config_override = Some(false);
+    let defaults = Arc::make_mut(&mut k.defaults);
+    defaults.config_id = Some("pc-locked".into());
+    defaults.allow_config_override = Some(false);
     f.store.add_key("sk-locked", k);
     let plugin = f.plugin(json!({}));
 
