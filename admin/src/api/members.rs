@@ -95,7 +95,8 @@ struct ListQuery {
     operation_id = "addWorkspaceMembers",
     tag = tag::MEMBERS,
     summary = "Add users to a workspace",
-    description = "All or none.",
+    description = "All or none, in one transaction. Audited as one action: `create` for one \
+        user, `bulk_create` naming every user in `resource_ids` for several.",
     params(
         ("id" = String, Path, description = "The workspace's id or slug."),
     ),

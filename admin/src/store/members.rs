@@ -118,7 +118,7 @@ impl Store {
     }
 
     /// Adds users of the organisation to a workspace, all or none: 404 (AB02) for a user who
-    /// does not exist, 409 for one who is already a member.
+    /// does not exist, 409 for one who is already a member. Audited as one action.
     pub async fn add_members(
         &self,
         actor: Actor<'_>,
@@ -163,15 +163,14 @@ impl Store {
                     e.into()
                 }
             })?;
-            audit::insert(
-                &mut tx,
-                actor,
-                &AuditEntry::new("create", "workspace_user")
-                    .resource(user_id)
-                    .workspace(Some(&ws.id)),
-            )
-            .await?;
         }
+        // One member: a `create` of that user; several: one `bulk_create` naming them all.
+        let entry = match members {
+            [(user_id, _)] => AuditEntry::new("create", "workspace_user").resource(user_id),
+            _ => AuditEntry::new("bulk_create", "workspace_user")
+                .items(members.iter().map(|(user_id, _)| user_id.clone()).collect()),
+        };
+        audit::insert(&mut tx, actor, &entry.workspace(Some(&ws.id))).await?;
         tx.commit().await?;
         Ok(())
     }

@@ -45,7 +45,21 @@ async fn add_list_get_update_delete(db: TestDb) {
         )
         .await;
     assert_eq!((s, &got), (200, &json!({})));
-    assert_eq!(app.audit_count().await, before + 2, "one record per member");
+    assert_eq!(
+        app.audit_count().await,
+        before + 1,
+        "one record for the call"
+    );
+    let (_, audit) = app
+        .admin("GET", "/v1/audit-logs?start_time=2000-01-01T00:00:00Z&end_time=2999-01-01T00:00:00Z&action=bulk_create&resource_type=workspace_user", None)
+        .await;
+    assert_eq!(audit["total"], 1, "{audit}");
+    assert_eq!(
+        audit["records"][0]["resource_ids"],
+        json!([u1, u2]),
+        "{audit}"
+    );
+    assert_eq!(audit["records"][0]["workspace_id"], json!(ws), "{audit}");
 
     let (s, list) = app.admin("GET", &base, None).await;
     assert_eq!(s, 200, "{list}");
