@@ -326,18 +326,11 @@ impl Store {
     /// under the bootstrap organisation with `user_type` `anonymous`. Nothing is recorded on a
     /// database that was never bootstrapped.
     pub async fn record_refused(&self, r: &RefusedAttempt) -> Result<()> {
-        let key =
-            match &r.key_hash {
-                Some(hash) => sqlx::query(
-                    "SELECT id, organisation_id, workspace_id, user_id, created_by_user_id, type
-                 FROM api_keys WHERE key_hash = $1 OR previous_key_hash = $1
-                 ORDER BY CASE WHEN key_hash = $1 THEN 0 ELSE 1 END LIMIT 1",
-                )
-                .bind(hash)
-                .fetch_optional(self.db.pool())
-                .await?,
-                None => None,
-            };
+        let key = match &r.key_hash {
+            // A rotated key's previous value, whenever its transition ended.
+            Some(hash) => self.key_by_hash(hash, "").await?,
+            None => None,
+        };
         let (organisation_id, workspace_id, user_id, user_type, api_key_id) = match key {
             Some(k) => {
                 let kind: String = k.try_get("type")?;
