@@ -13,6 +13,7 @@ mod integration_models;
 mod jwt;
 mod observability;
 mod passthrough;
+mod postgres_faults;
 mod providers;
 mod routes;
 mod routing;

@@ -1,7 +1,9 @@
 //! Two gateway instances sharing PostgreSQL (the control plane) and Redis (counters and cache): a
 //! key made through one is known to the other, one rate limit holds exactly across both under
 //! concurrent load, concurrent requests on both cannot overspend one budget, an answer cached
-//! by one is a hit on the other, and a key deleted through one is refused by the other.
+//! by one is a hit on the other, and a key deleted through one is refused by the other. Three
+//! instances under mixed load (streams, clients leaving, cache hits, passthrough) admit exactly
+//! a rate limit and overspend a budget by at most one request's estimate.
 //!
 //! Runs when `GW_TEST_POSTGRES_URL` and `GW_TEST_REDIS_URL` are set (`.ci/run` sets both); a
 //! set variable whose service is unreachable fails the test.
@@ -19,16 +21,18 @@ use mock_provider::MockProvider;
 use crate::common::{hello, ADMIN_KEY};
 
 /// `GW_SECRET_KEY` shared by both instances: 32 bytes in base64.
-const SECRET_KEY: &str = "c2hhcmVkLWluc3RhbmNlcy10ZXN0LWtleS0zMi1ieXQ=";
+pub(crate) const SECRET_KEY: &str = "c2hhcmVkLWluc3RhbmNlcy10ZXN0LWtleS0zMi1ieXQ=";
 
-fn service(var: &str) -> Option<String> {
+pub(crate) fn service(var: &str) -> Option<String> {
     std::env::var(var).ok().filter(|s| !s.is_empty())
 }
 
-async fn fresh_schema(server: &str) -> String {
+/// A URL of `server` whose connections use a schema of their own, `gwtest_<name>_<pid>`, made
+/// anew.
+pub(crate) async fn fresh_schema(server: &str, name: &str) -> String {
     use sqlx::Connection;
     sqlx::any::install_default_drivers();
-    let schema = format!("gwtest_shared_{}", std::process::id());
+    let schema = format!("gwtest_{name}_{}", std::process::id());
     let mut conn = sqlx::AnyConnection::connect(server)
         .await
         .unwrap_or_else(|e| panic!("GW_TEST_POSTGRES_URL is set but unreachable: {e}"));
@@ -47,8 +51,18 @@ async fn fresh_schema(server: &str) -> String {
 }
 
 async fn instance(database_url: &str, redis_url: &str, mock: &MockProvider) -> RunningGateway {
+    instance_with(database_url, redis_url, mock, "").await
+}
+
+/// An instance with `extra_yaml` (a `pipeline:`, say) added to its configuration.
+async fn instance_with(
+    database_url: &str,
+    redis_url: &str,
+    mock: &MockProvider,
+    extra_yaml: &str,
+) -> RunningGateway {
     let yaml = format!(
-        "listen: {}\nthreads: 2\nredis_url: \"{redis_url}\"\nproviders:\n  - {{slug: mock, provider: openai, api_key: k, custom_host: \"{}\"}}\n",
+        "listen: {}\nthreads: 2\nredis_url: \"{redis_url}\"\nproviders:\n  - {{slug: mock, provider: openai, api_key: k, custom_host: \"{}\"}}\n{extra_yaml}",
         free_local_addr(),
         mock.base_url()
     );
@@ -79,8 +93,10 @@ async fn admin(
         req = req.json(&body);
     }
     let resp = req.send().await.expect("the control plane answers");
-    assert_eq!(resp.status(), 200, "{path}");
-    resp.json().await.expect("JSON")
+    let status = resp.status().as_u16();
+    let body: Value = resp.json().await.expect("JSON");
+    assert_eq!(status, 200, "{path}: {body}");
+    body
 }
 
 async fn chat(client: &reqwest::Client, gw: &RunningGateway, key: &str, body: &Value) -> u16 {
@@ -121,7 +137,7 @@ async fn two_instances_hold_one_limit_and_one_budget() {
         eprintln!("two_instances_hold_one_limit_and_one_budget: skipped (GW_TEST_POSTGRES_URL and GW_TEST_REDIS_URL are needed)");
         return;
     };
-    let database_url = fresh_schema(&pg).await;
+    let database_url = fresh_schema(&pg, "shared").await;
     let mock = MockProvider::start().await;
     let a = instance(&database_url, &redis_url, &mock).await;
     let b = instance(&database_url, &redis_url, &mock).await;
@@ -280,4 +296,177 @@ async fn two_instances_hold_one_limit_and_one_budget() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// One of the kinds of request [`three_instances_hold_limits_under_mixed_load`] mixes, by
+/// `kind % 5`: a chat, a stream read whole, a stream the client leaves after its first event, a
+/// chat answered from the shared cache after the first, and a passthrough answer that reports
+/// its usage. Returns the status.
+async fn mixed(client: &reqwest::Client, gw: &RunningGateway, key: &str, kind: usize) -> u16 {
+    let small = json!({"model": "mock-model", "max_tokens": 4,
+                       "messages": [{"role": "user", "content": "x"}]});
+    let mut streamed = small.clone();
+    streamed["stream"] = json!(true);
+    let chat = |body: &Value| {
+        client
+            .post(format!("{}/v1/chat/completions", gw.url()))
+            .header("x-gw-api-key", key)
+            .json(body)
+    };
+    let resp = match kind % 5 {
+        0 => chat(&small).header("x-gw-provider", "@mock").send().await,
+        1 | 2 => {
+            chat(&streamed)
+                .header("x-gw-provider", "@mock")
+                .send()
+                .await
+        }
+        3 => {
+            let config = json!({"virtual_key": "mock", "cache": {"mode": "simple", "max_age": 60}});
+            chat(&small)
+                .header("x-gw-config", config.to_string())
+                .send()
+                .await
+        }
+        _ => {
+            let answer = json!({"id": "resp_1", "object": "response", "model": "mock-model",
+                "output": [], "usage": {"input_tokens": 2, "output_tokens": 3, "total_tokens": 5}});
+            client
+                .post(format!("{}/v1/echo/responses", gw.url()))
+                .header("x-gw-api-key", key)
+                .header("x-gw-provider", "@mock")
+                .json(&answer)
+                .send()
+                .await
+        }
+    };
+    let mut resp = resp.expect("the gateway answers");
+    let status = resp.status().as_u16();
+    if kind % 5 == 2 {
+        // The client leaves after the first piece of the stream.
+        let _ = resp.chunk().await;
+        drop(resp);
+    } else {
+        let _ = resp.bytes().await;
+    }
+    status
+}
+
+/// Three instances sharing Redis and PostgreSQL under mixed concurrent load (chats, streams,
+/// streams the client leaves, cache hits, passthrough): a rate limit admits exactly its limit,
+/// and a budget is overspent by at most one request's estimate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_instances_hold_limits_under_mixed_load() {
+    let (Some(pg), Some(redis_url)) = (
+        service("GW_TEST_POSTGRES_URL"),
+        service("GW_TEST_REDIS_URL"),
+    ) else {
+        eprintln!("three_instances_hold_limits_under_mixed_load: skipped (GW_TEST_POSTGRES_URL and GW_TEST_REDIS_URL are needed)");
+        return;
+    };
+    let database_url = fresh_schema(&pg, "three").await;
+    let mock = MockProvider::start().await;
+    // A passthrough POST reserves 8 completion tokens here (not 1024), so that one request's
+    // estimate, the most a budget may be overspent by, is small.
+    let pipeline = "pipeline:\n  - kind: auth\n  - kind: provider_select\n  - kind: rate_limit\n  - kind: usage_limit\n    default_completion_tokens: 8\n    flush_interval_ms: 100\n  - kind: cache\n";
+    let mut gws = Vec::new();
+    for _ in 0..3 {
+        gws.push(instance_with(&database_url, &redis_url, &mock, pipeline).await);
+    }
+    let client = reqwest::Client::new();
+    let workspaces = admin(&client, &gws[0], Method::GET, "/v1/admin/workspaces", None).await;
+    let ws = workspaces["data"][0]["id"].as_str().unwrap().to_owned();
+    let make_key = |limits: Value| {
+        let mut body =
+            json!({"name": "mixed", "workspace_id": ws, "scopes": ["completions.write"]});
+        body.as_object_mut()
+            .unwrap()
+            .extend(limits.as_object().unwrap().clone());
+        admin(
+            &client,
+            &gws[0],
+            Method::POST,
+            "/v1/api-keys/workspace/service",
+            Some(body),
+        )
+    };
+    let limit = 20;
+    let rated =
+        make_key(json!({"rate_limits": [{"type": "requests", "unit": "rpm", "value": limit}]}))
+            .await;
+    let rated = rated["key"].as_str().unwrap().to_owned();
+    let budget = 60;
+    let budgeted =
+        make_key(json!({"usage_limits": {"type": "tokens", "credit_limit": budget}})).await;
+    let (budgeted_id, budgeted) = (
+        budgeted["id"].as_str().unwrap().to_owned(),
+        budgeted["key"].as_str().unwrap().to_owned(),
+    );
+    // Every instance knows both keys: one chat each on the two others (5 tokens, 1 request).
+    let small = json!({"model": "mock-model", "max_tokens": 4,
+                       "messages": [{"role": "user", "content": "x"}]});
+    for gw in &gws[1..] {
+        assert_eq!(known_to(&client, gw, &rated, &small).await, 200);
+        assert_eq!(known_to(&client, gw, &budgeted, &small).await, 200);
+    }
+
+    let sends = (0..90).map(|i| {
+        let key = if i % 2 == 0 { &rated } else { &budgeted };
+        mixed(&client, &gws[i % 3], key, i / 2)
+    });
+    let statuses = join_all(sends).await;
+    let (rated_statuses, budgeted_statuses): (Vec<_>, Vec<_>) =
+        statuses.iter().enumerate().partition(|(i, _)| i % 2 == 0);
+    let admitted = rated_statuses.iter().filter(|(_, s)| **s == 200).count();
+    assert!(
+        rated_statuses.iter().all(|(_, s)| **s == 200 || **s == 429),
+        "{rated_statuses:?}"
+    );
+    assert_eq!(admitted + 2, limit, "{rated_statuses:?}");
+    assert!(
+        budgeted_statuses
+            .iter()
+            .all(|(_, s)| **s == 200 || **s == 412),
+        "{budgeted_statuses:?}"
+    );
+    assert!(
+        budgeted_statuses.iter().any(|(_, s)| **s == 412),
+        "the budget was never reached: {budgeted_statuses:?}"
+    );
+
+    // What the control plane counts once every charge has landed: the budget, plus at most
+    // one request's estimate (a chat here reserves 5 tokens, a passthrough POST 8).
+    let mut last = -1.0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let got = admin(
+            &client,
+            &gws[1],
+            Method::GET,
+            &format!("/v1/api-keys/{budgeted_id}"),
+            None,
+        )
+        .await;
+        let used = got["usage_limits"]["current_usage"]
+            .as_f64()
+            .unwrap_or(-1.0);
+        if used == last && used > 0.0 {
+            break;
+        }
+        last = used;
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "charges kept moving: {got}"
+        );
+    }
+    eprintln!(
+        "three instances: {admitted} + 2 admitted under a limit of {limit}; {last} tokens spent of {budget}, {} refused",
+        budgeted_statuses.iter().filter(|(_, s)| **s == 412).count()
+    );
+    let one_estimate = 8;
+    assert!(
+        last <= f64::from(budget + one_estimate),
+        "spent {last} of a {budget} budget: {budgeted_statuses:?}"
+    );
 }
