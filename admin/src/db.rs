@@ -118,6 +118,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "bulk_audit",
         include_str!("../migrations/0011_bulk_audit.sql"),
     ),
+    (
+        12,
+        "integration_budgets",
+        include_str!("../migrations/0012_integration_budgets.sql"),
+    ),
 ];
 
 /// The key of the PostgreSQL advisory lock that serialises migrations and bootstrap across

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use crate::access::{CountedUsage, Principal, RateLimit, UsageLimit};
+use crate::access::{Budget, CountedUsage, Principal, RateLimit, ScopedRateLimit, UsageLimit};
 use crate::error::GatewayError;
 
 /// The workspace (and its organisation) that owns a provider or config saved through the
@@ -75,6 +75,22 @@ pub struct ProviderRecord {
     /// Who may use it (see [`Owner::admits`]); `None` (the default, and always for providers
     /// declared in the YAML file): every caller.
     pub owner: Option<Owner>,
+    /// What the provider's organisation integration allows its workspace (see
+    /// [`IntegrationLimits`]). `None` (the default, and for a workspace's own integration): no
+    /// such limits.
+    pub integration_limits: Option<Arc<IntegrationLimits>>,
+}
+
+/// The limits an organisation integration sets on one workspace's use of it
+/// (`PUT /v1/integrations/{slug}/workspaces`: the workspace's own `rate_limits` and
+/// `usage_limits`, else those of `global_workspace_access`), counted over every request of that
+/// workspace through any provider of the integration. Counter ids:
+/// `integration:<integration id>:<workspace id>:<index>`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct IntegrationLimits {
+    pub rate_limits: Vec<ScopedRateLimit>,
+    /// With what the control plane has counted against each.
+    pub budgets: Vec<Budget>,
 }
 
 /// The price of one model through a saved provider, in US dollars per million tokens.
@@ -101,6 +117,7 @@ impl std::fmt::Debug for ProviderRecord {
             .field("counted", &self.counted)
             .field("model_prices", &self.model_prices)
             .field("owner", &self.owner)
+            .field("integration_limits", &self.integration_limits)
             .finish()
     }
 }

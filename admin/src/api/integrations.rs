@@ -916,7 +916,7 @@ pub async fn delete(
     operation_id = "listIntegrationWorkspaces",
     tag = tag::INTEGRATIONS,
     summary = "List the workspaces of an integration",
-    description = "Every workspace with its access (`enabled`, limits), and the access of all workspaces.",
+    description = "Every workspace with its access (`enabled`, limits, and each usage limit's `current_usage`), and the access of all workspaces. The limits are enforced on the workspace's requests through every provider of the integration: one counter per workspace (under global access too).",
     params(
         ("slug" = String, Path, description = "The integration's slug or id."),
         PageQuery,

@@ -1,6 +1,7 @@
 //! Usage the data plane settles against the stored budgets after its requests
 //! ([`Store::apply_usage_charges`]), by counter id: `api_key:<id>`, `workspace:<id>:<index>`,
-//! `provider:<slug>`, and `policy:<id>` with the entity's value key.
+//! `provider:<slug>`, `integration:<id>:<workspace id>:<index>`, and `policy:<id>` with the
+//! entity's value key.
 //!
 //! Per stored budget: a charge counted before its last manual reset (an older reset epoch) or in
 //! an older period than the stored one is dropped; one of a newer period starts the usage over;
@@ -45,7 +46,16 @@ enum Target {
     ApiKey(String),
     Provider(String),
     Workspace(String, i64),
-    Policy { id: String, value_key: String },
+    /// `integration:<integration id>:<workspace id>:<index>`.
+    Integration {
+        id: String,
+        workspace: String,
+        index: i64,
+    },
+    Policy {
+        id: String,
+        value_key: String,
+    },
 }
 
 impl Target {
@@ -61,6 +71,18 @@ impl Target {
                 let (id, index) = rest.rsplit_once(':')?;
                 let index: i64 = index.parse().ok().filter(|i| *i >= 0)?;
                 (!id.is_empty()).then(|| Target::Workspace(id.to_owned(), index))
+            }
+            "integration" => {
+                let (rest, index) = rest.rsplit_once(':')?;
+                let index: i64 = index.parse().ok().filter(|i| *i >= 0)?;
+                let (id, workspace) = rest.split_once(':')?;
+                (!id.is_empty() && !workspace.is_empty() && !workspace.contains(':')).then(|| {
+                    Target::Integration {
+                        id: id.to_owned(),
+                        workspace: workspace.to_owned(),
+                        index,
+                    }
+                })
             }
             "policy" if !value_key.is_empty() => Some(Target::Policy {
                 id: rest.to_owned(),
@@ -142,6 +164,16 @@ impl Store {
                 }
                 Target::Workspace(id, index) => {
                     charge_workspace(&mut tx, backend, id, *index, *amount, *period, *epoch).await?
+                }
+                Target::Integration {
+                    id,
+                    workspace,
+                    index,
+                } => {
+                    charge_integration(
+                        &mut tx, backend, id, workspace, *index, *amount, *period, *epoch,
+                    )
+                    .await?
                 }
                 Target::Policy { id, value_key } => {
                     match charge_entity(
@@ -255,51 +287,168 @@ async fn charge_workspace(
     let Some(limit) = usize::try_from(index).ok().and_then(|i| limits.get(i)) else {
         return Ok(Outcome::Unknown);
     };
-    let now = time::format(time::now());
-    sqlx::query(
-        "INSERT INTO workspace_budget_usage (workspace_id, budget_index, current_usage, status,
-             created_at, last_updated_at)
-         VALUES ($1, $2, 0, 'active', $3, $3)
-         ON CONFLICT (workspace_id, budget_index) DO NOTHING",
-    )
+    let row = UsageRow {
+        table: "workspace_budget_usage",
+        keys: &[("workspace_id", workspace_id)],
+        index,
+    };
+    charge_usage_row(tx, backend, &row, limit, amount, period, epoch).await
+}
+
+/// Charges item `index` of the budgets an organisation integration sets on a workspace: the
+/// workspace's own (`integration_workspaces`), else those of the integration's global access.
+/// The row the limits are read from is share-locked, so a change of them waits.
+#[allow(clippy::too_many_arguments)]
+async fn charge_integration(
+    tx: &mut Tx,
+    backend: Backend,
+    integration_id: &str,
+    workspace_id: &str,
+    index: i64,
+    amount: f64,
+    period: i64,
+    epoch: i64,
+) -> Result<Outcome> {
+    let own: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT usage_limits FROM integration_workspaces
+         WHERE integration_id = $1 AND workspace_id = $2{}",
+        backend.for_share()
+    )))
+    .bind(integration_id)
     .bind(workspace_id)
-    .bind(index)
+    .fetch_optional(&mut **tx)
+    .await?;
+    let limits: Vec<UsageLimits> = match own {
+        Some(text) => from_text("integration_workspaces.usage_limits", &text)?,
+        None => {
+            let global = sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT global_workspace_access, global_limits FROM integrations WHERE id = $1{}",
+                backend.for_share()
+            )))
+            .bind(integration_id)
+            .fetch_optional(&mut **tx)
+            .await?;
+            let Some(global) = global else {
+                return Ok(Outcome::Unknown);
+            };
+            if global.try_get::<i64, _>("global_workspace_access")? == 0 {
+                return Ok(Outcome::Unknown);
+            }
+            let limits: GlobalLimits = from_text(
+                "integrations.global_limits",
+                &global.try_get::<String, _>("global_limits")?,
+            )?;
+            limits.usage_limits
+        }
+    };
+    let Some(limit) = usize::try_from(index).ok().and_then(|i| limits.get(i)) else {
+        return Ok(Outcome::Unknown);
+    };
+    let row = UsageRow {
+        table: "integration_budget_usage",
+        keys: &[
+            ("integration_id", integration_id),
+            ("workspace_id", workspace_id),
+        ],
+        index,
+    };
+    charge_usage_row(tx, backend, &row, limit, amount, period, epoch).await
+}
+
+/// `integrations.global_limits`: the limits each workspace gets under global workspace access.
+#[derive(Debug, Default, serde::Deserialize)]
+pub(super) struct GlobalLimits {
+    #[serde(default)]
+    pub usage_limits: Vec<UsageLimits>,
+    #[serde(default)]
+    pub rate_limits: Vec<plugin_sdk::access::RateLimit>,
+}
+
+/// One row of a budget-usage table: the table, the values of its key columns, and the
+/// budget's index (its `budget_index`).
+struct UsageRow<'a> {
+    table: &'static str,
+    keys: &'a [(&'static str, &'a str)],
+    index: i64,
+}
+
+/// Charges a budget counted in a usage table (its row is made on its first charge, then
+/// locked): the usage settles as [`usage::settle`] says and the row's status follows it.
+#[allow(clippy::too_many_arguments)]
+async fn charge_usage_row(
+    tx: &mut Tx,
+    backend: Backend,
+    row: &UsageRow<'_>,
+    limit: &UsageLimits,
+    amount: f64,
+    period: i64,
+    epoch: i64,
+) -> Result<Outcome> {
+    let n = row.keys.len();
+    let columns: Vec<&str> = row.keys.iter().map(|(c, _)| *c).collect();
+    let columns = columns.join(", ");
+    let placeholders: Vec<String> = (1..=n).map(|i| format!("${i}")).collect();
+    let matches: Vec<String> = row
+        .keys
+        .iter()
+        .enumerate()
+        .map(|(i, (c, _))| format!("{c} = ${}", i + 1))
+        .collect();
+    let matches = matches.join(" AND ");
+    let (index_at, now_at) = (n + 1, n + 2);
+    let table = row.table;
+    let bind_keys = |sql: String| {
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for (_, value) in row.keys {
+            q = q.bind(*value);
+        }
+        q
+    };
+    let now = time::format(time::now());
+    bind_keys(format!(
+        "INSERT INTO {table} ({columns}, budget_index, current_usage, status, created_at,
+             last_updated_at)
+         VALUES ({}, ${index_at}, 0, 'active', ${now_at}, ${now_at})
+         ON CONFLICT ({columns}, budget_index) DO NOTHING",
+        placeholders.join(", ")
+    ))
+    .bind(row.index)
     .bind(&now)
     .execute(&mut **tx)
     .await?;
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT current_usage, usage_period, reset_epoch, status FROM workspace_budget_usage
-         WHERE workspace_id = $1 AND budget_index = $2{}",
+    let stored = bind_keys(format!(
+        "SELECT current_usage, usage_period, reset_epoch, status FROM {table}
+         WHERE {matches} AND budget_index = ${index_at}{}",
         backend.for_update()
-    )))
-    .bind(workspace_id)
-    .bind(index)
+    ))
+    .bind(row.index)
     .fetch_one(&mut **tx)
     .await?;
-    let stored = usage::Stored {
-        usage: row.try_get("current_usage")?,
-        period: row.try_get("usage_period")?,
-        epoch: row.try_get("reset_epoch")?,
+    let usage_before = usage::Stored {
+        usage: stored.try_get("current_usage")?,
+        period: stored.try_get("usage_period")?,
+        epoch: stored.try_get("reset_epoch")?,
     };
-    let Some((used, period)) = usage::settle(stored, amount, period, epoch) else {
+    let Some((used, period)) = usage::settle(usage_before, amount, period, epoch) else {
         return Ok(Outcome::Dropped);
     };
     let status = usage::decide(
-        &row.try_get::<String, _>("status")?,
+        &stored.try_get::<String, _>("status")?,
         used,
         limit.credit_limit as f64,
     );
-    sqlx::query(
-        "UPDATE workspace_budget_usage
-         SET current_usage = $1, usage_period = $2, status = $3, last_updated_at = $4
-         WHERE workspace_id = $5 AND budget_index = $6",
-    )
+    let (used_at, period_at, status_at, updated_at) = (n + 2, n + 3, n + 4, n + 5);
+    bind_keys(format!(
+        "UPDATE {table}
+         SET current_usage = ${used_at}, usage_period = ${period_at}, status = ${status_at},
+             last_updated_at = ${updated_at}
+         WHERE {matches} AND budget_index = ${index_at}"
+    ))
+    .bind(row.index)
     .bind(used)
     .bind(period)
     .bind(status)
     .bind(&now)
-    .bind(workspace_id)
-    .bind(index)
     .execute(&mut **tx)
     .await?;
     Ok(Outcome::Applied)
@@ -319,6 +468,14 @@ mod tests {
             Some(Target::Workspace("w".into(), 1))
         );
         assert_eq!(
+            t("integration:i:w:2", ""),
+            Some(Target::Integration {
+                id: "i".into(),
+                workspace: "w".into(),
+                index: 2
+            })
+        );
+        assert_eq!(
             t("policy:p", "metadata._user:alice"),
             Some(Target::Policy {
                 id: "p".into(),
@@ -330,6 +487,10 @@ mod tests {
             ("workspace:w", ""),
             ("workspace:w:-1", ""),
             ("workspace::1", ""),
+            ("integration:i:0", ""),
+            ("integration:i::0", ""),
+            ("integration:i:w:x:0", ""),
+            ("integration:i:w:-1", ""),
             ("policy:p", ""),
             ("jwt:sub:0", ""),
             ("nothing", ""),

@@ -199,16 +199,28 @@ pub struct IntegrationWorkspace {
     pub enabled: bool,
     pub usage_limits: Vec<UsageLimits>,
     pub rate_limits: Vec<RateLimit>,
+    /// What the workspace has spent of each of `usage_limits`, in the budget's current period.
+    pub current_usage: Vec<f64>,
 }
 
 impl IntegrationWorkspace {
     pub fn to_json(&self) -> Value {
+        let usage_limits: Vec<Value> = self
+            .usage_limits
+            .iter()
+            .enumerate()
+            .map(|(i, limit)| {
+                let mut v = json!(limit);
+                v["current_usage"] = json!(self.current_usage.get(i).copied().unwrap_or(0.0));
+                v
+            })
+            .collect();
         json!({
             "id": self.workspace_id,
             "slug": self.slug,
             "name": self.name,
             "enabled": self.enabled,
-            "usage_limits": self.usage_limits,
+            "usage_limits": usage_limits,
             "rate_limits": self.rate_limits,
             "object": "integration-workspace",
         })
@@ -743,28 +755,62 @@ impl Store {
         }
         let columns = "ws.id, ws.slug, ws.name, iw.workspace_id AS enabled_id, iw.usage_limits,
                        iw.rate_limits";
-        cond.select_page(&self.db, columns, "ws.created_at, ws.id", page, |r| {
-            let enabled_row: Option<String> = r.try_get("enabled_id")?;
-            let usage: Option<String> = r.try_get("usage_limits")?;
-            let rate: Option<String> = r.try_get("rate_limits")?;
-            Ok(IntegrationWorkspace {
-                workspace_id: r.try_get("id")?,
-                slug: r.try_get("slug")?,
-                name: r.try_get("name")?,
-                enabled: enabled_row.is_some()
-                    || integration.workspace_id.is_some()
-                    || integration.global_workspace_access,
-                usage_limits: usage
-                    .map(|u| from_text("integration_workspaces.usage_limits", &u))
-                    .transpose()?
-                    .unwrap_or_default(),
-                rate_limits: rate
-                    .map(|u| from_text("integration_workspaces.rate_limits", &u))
-                    .transpose()?
-                    .unwrap_or_default(),
+        let listed = cond
+            .select_page(&self.db, columns, "ws.created_at, ws.id", page, |r| {
+                let enabled_row: Option<String> = r.try_get("enabled_id")?;
+                let usage: Option<String> = r.try_get("usage_limits")?;
+                let rate: Option<String> = r.try_get("rate_limits")?;
+                Ok(IntegrationWorkspace {
+                    workspace_id: r.try_get("id")?,
+                    slug: r.try_get("slug")?,
+                    name: r.try_get("name")?,
+                    enabled: enabled_row.is_some()
+                        || integration.workspace_id.is_some()
+                        || integration.global_workspace_access,
+                    usage_limits: usage
+                        .map(|u| from_text("integration_workspaces.usage_limits", &u))
+                        .transpose()?
+                        .unwrap_or_default(),
+                    rate_limits: rate
+                        .map(|u| from_text("integration_workspaces.rate_limits", &u))
+                        .transpose()?
+                        .unwrap_or_default(),
+                    current_usage: Vec::new(),
+                })
             })
-        })
-        .await
+            .await?;
+        let (total, mut list) = listed;
+        for ws in &mut list {
+            ws.current_usage = vec![0.0; ws.usage_limits.len()];
+        }
+        let spent = sqlx::query(
+            "SELECT workspace_id, budget_index, current_usage, usage_period, status
+             FROM integration_budget_usage WHERE integration_id = $1",
+        )
+        .bind(&integration.id)
+        .fetch_all(self.db.pool())
+        .await?;
+        for r in &spent {
+            let workspace: String = r.try_get("workspace_id")?;
+            let index: i64 = r.try_get("budget_index")?;
+            let Some(ws) = list.iter_mut().find(|w| w.workspace_id == workspace) else {
+                continue;
+            };
+            let Some((i, limit)) = usize::try_from(index)
+                .ok()
+                .and_then(|i| Some((i, ws.usage_limits.get(i)?)))
+            else {
+                continue;
+            };
+            let (_, used) = super::usage::shown(
+                Some(&super::usage::sdk_limit(limit)),
+                &r.try_get::<String, _>("status")?,
+                r.try_get("current_usage")?,
+                r.try_get("usage_period")?,
+            );
+            ws.current_usage[i] = used;
+        }
+        Ok((total, list))
     }
 
     /// The bulk update of an organisation integration's workspaces, with default providers

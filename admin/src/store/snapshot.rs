@@ -32,8 +32,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use plugin_sdk::access::{CountedUsage, RateLimit, SavedGuardrail, UsageLimit};
-use plugin_sdk::store::{ConfigStore, Owner, ProviderStore, SavedConfig};
+use plugin_sdk::access::{
+    Budget, CountedUsage, RateLimit, SavedGuardrail, ScopedRateLimit, UsageLimit,
+};
+use plugin_sdk::store::{ConfigStore, IntegrationLimits, Owner, ProviderStore, SavedConfig};
 use plugin_sdk::ProviderRecord;
 use serde_json::Value;
 use sqlx::any::AnyRow;
@@ -148,6 +150,11 @@ impl Snapshot {
             let mut record = ProviderRecord::clone(&e.record);
             if !usage {
                 record.counted = CountedUsage::default();
+                if let Some(limits) = &mut record.integration_limits {
+                    for b in &mut Arc::make_mut(limits).budgets {
+                        b.counted = CountedUsage::default();
+                    }
+                }
             }
             // The record's Debug leaves its key and settings out; the digest needs them.
             d.update(
@@ -677,8 +684,13 @@ impl Store {
             "SELECT p.slug, p.expires_at, p.usage_limits, p.rate_limits, p.current_usage,
                     p.usage_period, p.reset_epoch, p.organisation_id, p.workspace_id,
                     i.id AS integration_id, i.ai_provider_id, i.key_secret,
-                    i.settings, i.secret_settings
+                    i.settings, i.secret_settings, i.workspace_id AS integration_workspace_id,
+                    i.global_workspace_access, i.global_limits,
+                    iw.integration_id AS workspace_access, iw.usage_limits AS workspace_usage_limits,
+                    iw.rate_limits AS workspace_rate_limits
              FROM providers p JOIN integrations i ON i.id = p.integration_id
+             LEFT JOIN integration_workspaces iw
+                 ON iw.integration_id = i.id AND iw.workspace_id = p.workspace_id
              WHERE p.status IN ('active', 'exhausted') AND i.status = 'active' AND (
                  i.workspace_id = p.workspace_id
                  OR (i.workspace_id IS NULL AND (
@@ -704,18 +716,22 @@ impl Store {
         };
         let model_prices =
             super::integration_models::model_prices(&self.db, only_integration.as_deref()).await?;
+        let integration_usage = integration_usage(&self.db, only_integration.as_deref()).await?;
         for r in &rows {
             let slug: String = r.try_get("slug")?;
             let integration: String = r.try_get("integration_id")?;
             let expires_at: Option<String> = r.try_get("expires_at")?;
             // A provider whose limits cannot be read is left out (refused), not served unlimited.
-            let limits = match provider_limits(r) {
+            let limits = match provider_limits(r)
+                .and_then(|own| Ok((own, integration_limits(r, &integration_usage)?)))
+            {
                 Ok(limits) => limits,
                 Err(e) => {
                     tracing::error!(provider = %slug, error = %e, "provider left out of the data plane: its limits cannot be read");
                     continue;
                 }
             };
+            let (limits, integration_limits) = limits;
             if !secrets.contains_key(&integration) {
                 let opened = self.open_secrets(
                     &integration,
@@ -769,6 +785,7 @@ impl Store {
                     organisation_id: r.try_get("organisation_id")?,
                     workspace_id: r.try_get("workspace_id")?,
                 }),
+                integration_limits: integration_limits.map(Arc::new),
             };
             out.push((
                 slug,
@@ -901,6 +918,108 @@ fn provider_limits(r: &AnyRow) -> Result<ProviderLimits> {
             reset_epoch: r.try_get("reset_epoch")?,
         },
     })
+}
+
+/// What each workspace has counted of the budgets organisation integrations set on it, by
+/// (integration, workspace): (budget index, usage). All, or one integration's.
+async fn integration_usage(
+    db: &Db,
+    only: Option<&str>,
+) -> Result<HashMap<(String, String), Vec<(usize, CountedUsage)>>> {
+    let filter = if only.is_some() {
+        " WHERE integration_id = $1"
+    } else {
+        ""
+    };
+    let sql = format!(
+        "SELECT integration_id, workspace_id, budget_index, current_usage, usage_period,
+                reset_epoch
+         FROM integration_budget_usage{filter}"
+    );
+    let rows = super::bind_some(sqlx::query(sqlx::AssertSqlSafe(sql)), only)
+        .fetch_all(db.pool())
+        .await?;
+    let mut out: HashMap<(String, String), Vec<(usize, CountedUsage)>> = HashMap::new();
+    for r in &rows {
+        let index: i64 = r.try_get("budget_index")?;
+        out.entry((r.try_get("integration_id")?, r.try_get("workspace_id")?))
+            .or_default()
+            .push((
+                usize::try_from(index).unwrap_or(usize::MAX),
+                CountedUsage {
+                    current_usage: r.try_get("current_usage")?,
+                    period: r.try_get("usage_period")?,
+                    reset_epoch: r.try_get("reset_epoch")?,
+                },
+            ));
+    }
+    Ok(out)
+}
+
+/// The limits an organisation integration sets on the workspace of the provider row `r`: the
+/// workspace's own (`integration_workspaces`), else those of its global access; `None` for a
+/// workspace's own integration, or when there are none.
+fn integration_limits(
+    r: &AnyRow,
+    usage: &HashMap<(String, String), Vec<(usize, CountedUsage)>>,
+) -> Result<Option<IntegrationLimits>> {
+    if r.try_get::<Option<String>, _>("integration_workspace_id")?
+        .is_some()
+    {
+        return Ok(None);
+    }
+    let (usage_limits, rate_limits): (Vec<UsageLimits>, Vec<RateLimit>) = if r
+        .try_get::<Option<String>, _>("workspace_access")?
+        .is_some()
+    {
+        let text = |c: &str| -> Result<String> {
+            Ok(r.try_get::<Option<String>, _>(c)?.unwrap_or_default())
+        };
+        (
+            super::from_text(
+                "integration_workspaces.usage_limits",
+                &text("workspace_usage_limits")?,
+            )?,
+            super::from_text(
+                "integration_workspaces.rate_limits",
+                &text("workspace_rate_limits")?,
+            )?,
+        )
+    } else if r.try_get::<i64, _>("global_workspace_access")? != 0 {
+        let global: super::charges::GlobalLimits = super::from_text(
+            "integrations.global_limits",
+            &r.try_get::<String, _>("global_limits")?,
+        )?;
+        (global.usage_limits, global.rate_limits)
+    } else {
+        return Ok(None);
+    };
+    if usage_limits.is_empty() && rate_limits.is_empty() {
+        return Ok(None);
+    }
+    let integration: String = r.try_get("integration_id")?;
+    let workspace: String = r.try_get("workspace_id")?;
+    let counted = usage.get(&(integration.clone(), workspace.clone()));
+    let id = |i: usize| format!("integration:{integration}:{workspace}:{i}");
+    Ok(Some(IntegrationLimits {
+        rate_limits: rate_limits
+            .into_iter()
+            .enumerate()
+            .map(|(i, limit)| ScopedRateLimit { id: id(i), limit })
+            .collect(),
+        budgets: usage_limits
+            .iter()
+            .enumerate()
+            .map(|(i, limit)| Budget {
+                id: id(i),
+                limit: super::usage::sdk_limit(limit),
+                counted: counted
+                    .and_then(|c| c.iter().find(|(index, _)| *index == i))
+                    .map(|(_, c)| *c)
+                    .unwrap_or_default(),
+            })
+            .collect(),
+    }))
 }
 
 /// The decrypted secrets of one integration.

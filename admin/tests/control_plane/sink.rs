@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 use admin::{BootstrapOptions, ControlPlane, Options, StoreSink};
 use plugin_sdk::access::{KeyStatus, UsageLimit};
 use plugin_sdk::sinks::{AuditEvent, ControlPlaneSink, LogRecord, UsageCharge};
+use plugin_sdk::store::ProviderStore;
 use plugin_sdk::AccessStore;
 use serde_json::{json, Value};
 use sqlx::Row;
@@ -637,7 +638,132 @@ async fn the_running_control_plane_sink(db: TestDb) {
     );
 }
 
+/// The usage of a budget an integration sets on a workspace: (usage, status).
+async fn integration_usage(app: &App, integration: &str, ws: &str, index: i64) -> (f64, String) {
+    let r = sqlx::query(
+        "SELECT current_usage, status FROM integration_budget_usage
+         WHERE integration_id = $1 AND workspace_id = $2 AND budget_index = $3",
+    )
+    .bind(integration.to_owned())
+    .bind(ws.to_owned())
+    .bind(index)
+    .fetch_one(app.store.db().pool())
+    .await
+    .expect("a usage row");
+    (r.try_get(0).unwrap(), r.try_get(1).unwrap())
+}
+
+/// Budgets an organisation integration sets on a workspace (its own access, else the global
+/// access's) reach the snapshot's providers with their counter ids, are charged to a usage row
+/// per (integration, workspace, budget), and that usage seeds the next snapshot.
+async fn integration_budgets(db: TestDb) {
+    let app = app_with_key(db).await;
+    let published = app.store.published();
+    let made = create_integration(
+        &app,
+        json!({"name": "Base", "slug": "base", "ai_provider_id": "openai",
+               "key": "sk-base-123456789", "create_default_provider": false}),
+    )
+    .await;
+    let integration = made["id"].as_str().unwrap().to_owned();
+    let ws = app.default_ws.clone();
+    ok(
+        &app,
+        "PUT",
+        "/v1/integrations/base/workspaces",
+        Some(json!({"workspaces": [{"id": ws, "enabled": true,
+            "usage_limits": [{"type": "tokens", "credit_limit": 10}],
+            "rate_limits": [{"type": "requests", "unit": "rpm", "value": 5}]}]})),
+    )
+    .await;
+    ok(
+        &app,
+        "POST",
+        "/v1/providers",
+        Some(json!({"name": "p", "slug": "p", "integration_id": "base", "workspace_id": ws})),
+    )
+    .await;
+    let id = format!("integration:{integration}:{ws}:0");
+    let limits = published.provider("p").unwrap().integration_limits.clone();
+    let limits = limits.expect("the workspace's limits");
+    assert_eq!(limits.rate_limits[0].id, id);
+    assert_eq!(limits.rate_limits[0].limit.value, 5.0);
+    assert_eq!(limits.budgets[0].id, id);
+    assert_eq!(limits.budgets[0].limit.credit_limit, 10.0);
+
+    let report = app
+        .store
+        .apply_usage_charges(&[charge(&id, "", 4.0, 0, 0), charge(&id, "", 6.0, 0, 0)])
+        .await
+        .unwrap();
+    assert_eq!(report.applied, 2);
+    assert_eq!(
+        integration_usage(&app, &integration, &ws, 0).await,
+        (10.0, "exhausted".into())
+    );
+    crate::common::rebuild(&app).await;
+    let limits = published.provider("p").unwrap().integration_limits.clone();
+    assert_eq!(limits.unwrap().budgets[0].counted.current_usage, 10.0);
+    let listed = ok(&app, "GET", "/v1/integrations/base/workspaces", None).await;
+    let shown = listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["id"] == json!(ws))
+        .unwrap()
+        .clone();
+    assert_eq!(shown["usage_limits"][0]["current_usage"], 10.0, "{shown}");
+    let report = app
+        .store
+        .apply_usage_charges(&[charge(
+            &format!("integration:{integration}:{ws}:1"),
+            "",
+            1.0,
+            0,
+            0,
+        )])
+        .await
+        .unwrap();
+    assert_eq!(report.unknown, 1, "no second budget");
+
+    // Another workspace, reached through global access, gets the global limits, counted apart.
+    let other = app.workspace("Other").await;
+    ok(
+        &app,
+        "PUT",
+        "/v1/integrations/base/workspaces",
+        Some(
+            json!({"workspaces": [], "global_workspace_access": {"enabled": true,
+            "usage_limits": [{"type": "tokens", "credit_limit": 3}], "rate_limits": []}}),
+        ),
+    )
+    .await;
+    ok(
+        &app,
+        "POST",
+        "/v1/providers",
+        Some(json!({"name": "q", "slug": "q", "integration_id": "base", "workspace_id": other})),
+    )
+    .await;
+    let limits = published.provider("q").unwrap().integration_limits.clone();
+    let limits = limits.expect("the global limits");
+    let other_id = format!("integration:{integration}:{other}:0");
+    assert_eq!(limits.budgets[0].id, other_id);
+    assert_eq!(limits.budgets[0].limit.credit_limit, 3.0);
+    assert!(limits.rate_limits.is_empty());
+    app.store
+        .apply_usage_charges(&[charge(&other_id, "", 2.0, 0, 0)])
+        .await
+        .unwrap();
+    assert_eq!(
+        integration_usage(&app, &integration, &other, 0).await,
+        (2.0, "active".into())
+    );
+    assert_eq!(integration_usage(&app, &integration, &ws, 0).await.0, 10.0);
+}
+
 crate::on_both_databases!(
+    integration_budgets,
     key_charges_follow_periods_and_epochs,
     workspace_and_provider_budgets,
     policy_entities_by_period_and_epoch,

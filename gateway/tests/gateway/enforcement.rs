@@ -818,3 +818,123 @@ async fn an_openai_stream_is_charged_the_usage_the_gateway_asked_for_unseen() {
     let text = env.chat_as(&key, &body, &[]).await.text().await.unwrap();
     assert!(text.contains("\"usage\":{"), "{text}");
 }
+
+/// Limits an organisation integration sets on a workspace (`PUT
+/// /v1/integrations/{slug}/workspaces`) hold over the workspace's requests through every
+/// provider of that integration: its rate limit answers 429, its budget 412, and what was spent
+/// is stored, so the next start knows it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_integrations_limits_on_a_workspace_hold_across_its_providers() {
+    let env = &Env::start().await;
+    let ws = env.default_workspace().await;
+    let admin = |method: Method, path: &str, body: Value| {
+        let path = path.to_owned();
+        async move {
+            let (status, got) = env
+                .admin_call(method, &path, Some(ADMIN_KEY), Some(body))
+                .await;
+            assert_eq!(status, 200, "{path}: {got}");
+            got
+        }
+    };
+    admin(
+        Method::POST,
+        "/v1/integrations",
+        json!({"name": "Shared", "slug": "shared", "ai_provider_id": "openai",
+               "key": "sk-shared-123456", "create_default_provider": false,
+               "configurations": {"custom_host": env.mock.base_url()}}),
+    )
+    .await;
+    let limits = |rate: Value, usage: Value| {
+        admin(
+            Method::PUT,
+            "/v1/integrations/shared/workspaces",
+            json!({"workspaces": [{"id": ws, "enabled": true, "rate_limits": rate,
+                                   "usage_limits": usage}]}),
+        )
+    };
+    limits(
+        json!([{"type": "requests", "unit": "rpm", "value": 2}]),
+        json!([]),
+    )
+    .await;
+    for slug in ["shared-one", "shared-two"] {
+        admin(
+            Method::POST,
+            "/v1/providers",
+            json!({"name": slug, "slug": slug, "integration_id": "shared", "workspace_id": ws}),
+        )
+        .await;
+    }
+    let (key, _) = env.workspace_key(&ws, json!({})).await;
+    // 1 prompt word, 4 reply words: 5 tokens a call.
+    let small = json!({"model": "mock-model", "max_tokens": 4,
+                       "messages": [{"role": "user", "content": "x"}]});
+    let through = |slug: &'static str| {
+        env.bare
+            .post(env.url("/v1/chat/completions"))
+            .header("x-gw-api-key", &key)
+            .header("x-gw-provider", format!("@{slug}"))
+            .json(&small)
+            .send()
+    };
+
+    // Two requests a minute, counted over both providers.
+    assert_eq!(through("shared-one").await.unwrap().status(), 200);
+    assert_eq!(through("shared-two").await.unwrap().status(), 200);
+    let resp = through("shared-one").await.unwrap();
+    let body = expect_error(resp, 429, None).await;
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("the integration's rate limit for this workspace allows 2 requests"),
+        "{body}"
+    );
+    // The provider @mock, of another integration, is not limited by it.
+    assert_eq!(env.chat_as(&key, &small, &[]).await.status(), 200);
+
+    // A budget of 15 tokens instead: three calls of 5 spend it, over both providers.
+    limits(json!([]), json!([{"type": "tokens", "credit_limit": 15}])).await;
+    for slug in ["shared-one", "shared-two", "shared-one"] {
+        assert_eq!(through(slug).await.unwrap().status(), 200, "{slug}");
+    }
+    let body = expect_error(through("shared-two").await.unwrap(), 412, None).await;
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("the integration's budget for this workspace"),
+        "{body}"
+    );
+    assert_eq!(env.chat_as(&key, &small, &[]).await.status(), 200);
+
+    // Stored for the next start: 15 tokens against budget 0 of the integration in the workspace.
+    let stored = || async {
+        use sqlx::{Connection, Row};
+        sqlx::any::install_default_drivers();
+        let mut conn = sqlx::AnyConnection::connect(&env.db.sqlite_url())
+            .await
+            .expect("the test's database");
+        let row = sqlx::query(
+            "SELECT u.current_usage, u.status FROM integration_budget_usage u
+             JOIN integrations i ON i.id = u.integration_id
+             WHERE i.slug = 'shared' AND u.workspace_id = $1 AND u.budget_index = 0",
+        )
+        .bind(&ws)
+        .fetch_optional(&mut conn)
+        .await
+        .expect("query");
+        row.map(|r| {
+            (
+                r.get::<f64, _>("current_usage"),
+                r.get::<String, _>("status"),
+            )
+        })
+    };
+    let (used, status) = eventually("the stored charge", || async {
+        stored().await.filter(|(used, _)| *used == 15.0)
+    })
+    .await;
+    assert_eq!((used, status.as_str()), (15.0, "exhausted"));
+}

@@ -16,7 +16,10 @@
 //!   Checked in `on_request` when provider selection named the provider (`@slug`, a virtual
 //!   key, or a config whose top level says `provider: "@slug"` / `virtual_key`); otherwise in
 //!   `on_route`, for each attempt through a saved provider whose limits this request has not
-//!   been counted against yet (a config target chosen by the router). A refusal there is an
+//!   been counted against yet (a config target chosen by the router). With them, the limits
+//!   the provider's organisation integration sets on its workspace
+//!   (`PUT /v1/integrations/{slug}/workspaces`): counters `integration:<id>:<workspace>:<n>`,
+//!   shared by the workspace's requests through every provider of that integration. A refusal there is an
 //!   attempt's failure: a fallback group tries its next target (by default), loadbalance and
 //!   conditional routing answer the 429. A provider's limits count a request once, however
 //!   many attempts (retries) go through it, and its token limits are charged only when the
@@ -106,16 +109,18 @@ enum Scope {
     Workspace,
     Jwt,
     Provider,
+    Integration,
     Other,
 }
 
 impl Scope {
-    const ALL: [Scope; 6] = [
+    const ALL: [Scope; 7] = [
         Scope::Policy,
         Scope::ApiKey,
         Scope::Workspace,
         Scope::Jwt,
         Scope::Provider,
+        Scope::Integration,
         Scope::Other,
     ];
 
@@ -126,6 +131,7 @@ impl Scope {
             Scope::Workspace => "workspace",
             Scope::Jwt => "jwt",
             Scope::Provider => "provider",
+            Scope::Integration => "integration",
             Scope::Other => "other",
         }
     }
@@ -137,6 +143,7 @@ impl Scope {
             Some("workspace") => Scope::Workspace,
             Some("jwt") => Scope::Jwt,
             Some("provider") => Scope::Provider,
+            Some("integration") => Scope::Integration,
             _ => Scope::Other,
         }
     }
@@ -181,6 +188,8 @@ struct Applicable {
     specs: Vec<CounterSpec>,
     sources: Vec<(Source, RateLimit)>,
     index: Option<Arc<PolicyIndex>>,
+    /// The saved provider whose limits (its own, its integration's) were added.
+    provider: Option<String>,
 }
 
 impl Applicable {
@@ -195,6 +204,7 @@ impl Applicable {
             specs: Vec::new(),
             sources: Vec::new(),
             index: None,
+            provider: None,
         }
     }
 
@@ -228,6 +238,9 @@ impl Applicable {
             Source::Principal(Scope::Workspace) => "the workspace's rate limit".to_owned(),
             Source::Principal(Scope::Jwt) => "the token's rate limit".to_owned(),
             Source::Principal(Scope::Provider) => "the provider's rate limit".to_owned(),
+            Source::Principal(Scope::Integration) => {
+                "the integration's rate limit for this workspace".to_owned()
+            }
             Source::Principal(_) => "a rate limit".to_owned(),
             Source::Policy(p) => {
                 let policy = self.index.as_ref().map(|ix| &ix.policies[p]);
@@ -487,7 +500,8 @@ impl RateLimiter {
         out
     }
 
-    /// Adds the own limits of the saved provider `slug`, if the provider store knows it.
+    /// Adds the own limits of the saved provider `slug`, and those its organisation
+    /// integration sets on its workspace, if the provider store knows it.
     fn push_provider(&self, out: &mut Applicable, slug: &str, who: Option<&Principal>) {
         let Some(record) = self.providers.provider_for(slug, who) else {
             return;
@@ -502,6 +516,18 @@ impl RateLimiter {
                 Source::Principal(Scope::Provider),
             );
         }
+        for limit in record
+            .integration_limits
+            .iter()
+            .flat_map(|l| &l.rate_limits)
+        {
+            out.push_id(
+                format!("{tag}{}", limit.id),
+                limit.limit,
+                Source::Principal(Scope::Integration),
+            );
+        }
+        out.provider = Some(slug.to_owned());
     }
 
     /// Checks and charges `applicable` (not empty) now: see [`conclude`].
@@ -614,6 +640,7 @@ fn conclude(
     for (i, spec) in applicable.specs.into_iter().enumerate() {
         let through = match applicable.sources[i].0 {
             Source::Principal(Scope::Provider) => provider_of_id(&spec.id).map(str::to_owned),
+            Source::Principal(Scope::Integration) => applicable.provider.clone(),
             _ => None,
         };
         if let Some(slug) = &through {

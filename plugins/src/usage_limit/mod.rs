@@ -13,7 +13,9 @@
 //!   providers have none): in `on_request` when provider selection named it (`@slug`, a
 //!   virtual key, or a config whose top level says `provider: "@slug"` / `virtual_key`), else
 //!   in `on_route` for each attempt through a saved provider with a budget not held yet (see
-//!   below).
+//!   below); with it, the budgets the provider's organisation integration sets on its
+//!   workspace (`integration:<id>:<workspace>:<i>`, `PUT /v1/integrations/{slug}/workspaces`),
+//!   shared by the workspace's requests through every provider of that integration.
 //!
 //! Each budget counts `cost` (US dollars: through a saved provider, its integration's model
 //! prices set through the control plane first; then the YAML's `prices`, then the shipped
@@ -426,11 +428,8 @@ impl UsageLimitPlugin {
         }
         let subject = Subject::of(cx);
         // The saved provider that provider selection named (`virtual_key` is its slug).
-        if let Some((b, tag)) = subject
-            .virtual_key
-            .and_then(|s| self.provider_budget(s, principal))
-        {
-            out.push(self.applied_budget(&b, principal, &tag, now));
+        if let Some(slug) = subject.virtual_key {
+            out.extend(self.provider_budgets(slug, principal, now));
         }
         let policies = self.access.usage_limit_policies();
         if !policies.is_empty() {
@@ -482,22 +481,34 @@ impl UsageLimitPlugin {
         out
     }
 
-    /// The own budget of the saved provider `slug`, when the provider store knows it and it
-    /// has one.
-    /// With the tag of its counter: its owner's organisation ([`org_tag`]), as every caller
-    /// of the provider counts on it.
-    fn provider_budget(&self, slug: &str, who: Option<&Principal>) -> Option<(Budget, String)> {
-        let record = self.providers.provider_for(slug, who)?;
-        let limit = record.usage_limits.clone()?;
-        let owner = record.owner.as_ref().map(|o| o.organisation_id.as_str());
-        Some((
-            Budget {
-                id: format!("provider:{slug}"),
-                limit,
-                counted: record.counted,
-            },
-            org_tag(owner).to_owned(),
-        ))
+    /// The budgets of the saved provider `slug`, when the provider store knows it: its own,
+    /// and those its organisation integration sets on its workspace. Their counters carry
+    /// the tag of the provider's owner ([`org_tag`]), as every caller of the provider counts
+    /// on them, and are charged only what is spent through `slug`.
+    fn provider_budgets(
+        &self,
+        slug: &str,
+        who: Option<&Principal>,
+        now: SystemTime,
+    ) -> Vec<Applied> {
+        let Some(record) = self.providers.provider_for(slug, who) else {
+            return Vec::new();
+        };
+        let own = record.usage_limits.clone().map(|limit| Budget {
+            id: format!("provider:{slug}"),
+            limit,
+            counted: record.counted,
+        });
+        let integration = record.integration_limits.iter().flat_map(|l| &l.budgets);
+        let tag = org_tag(record.owner.as_ref().map(|o| o.organisation_id.as_str()));
+        own.iter()
+            .chain(integration)
+            .map(|b| {
+                let mut applied = self.applied_budget(b, who, tag, now);
+                applied.through = Some(slug.to_owned());
+                applied
+            })
+            .collect()
     }
 
     /// A budget with a stable id (`api_key:`, `workspace:`, `jwt:`, `provider:`...), owned
@@ -510,9 +521,11 @@ impl UsageLimitPlugin {
         now: SystemTime,
     ) -> Applied {
         let (scope, rest) = b.id.split_once(':').unwrap_or(("other", b.id.as_str()));
-        // `workspace:<id>:<index>`, `jwt:<subject>:<index>`: the owner without the index.
+        // `workspace:<id>:<index>`, `jwt:<subject>:<index>`: the owner without the index;
+        // `integration:<id>:<workspace>:<index>`: the integration.
         let owner_id = match scope {
             "workspace" | "jwt" => rest.rsplit_once(':').map_or(rest, |(id, _)| id),
+            "integration" => rest.split_once(':').map_or(rest, |(id, _)| id),
             _ => rest,
         };
         let (scope, label, resource_type) = match scope {
@@ -529,9 +542,14 @@ impl UsageLimitPlugin {
                 format!("usage limits policy {owner_id}").into(),
                 "usage_limits_policy",
             ),
+            "integration" => (
+                "integration",
+                "the integration's budget for this workspace".into(),
+                "integration",
+            ),
             _ => ("other", format!("budget {}", b.id).into(), "budget"),
         };
-        let mut applied = self.applied(
+        self.applied(
             CounterName {
                 tag,
                 budget_id: b.id.clone(),
@@ -548,11 +566,7 @@ impl UsageLimitPlugin {
                 organisation_id: p.and_then(|p| p.organisation_id.clone()),
                 workspace_id: p.and_then(|p| p.workspace_id.clone()),
             },
-        );
-        if scope == "provider" {
-            applied.through = Some(owner_id.to_owned());
-        }
-        applied
+        )
     }
 
     fn applied(
@@ -1202,42 +1216,40 @@ impl Plugin for UsageLimitPlugin {
         let Some(slug) = target.slug.as_deref() else {
             return Ok(Flow::Continue);
         };
-        let Some((budget, tag)) = self.provider_budget(slug, cx.extensions.get::<Principal>())
-        else {
-            return Ok(Flow::Continue);
-        };
-        let applied = self.applied_budget(
-            &budget,
-            cx.extensions.get::<Principal>(),
-            &tag,
-            (self.clock)(),
-        );
-        // Held once per request: provider selection named this provider, or an earlier
-        // attempt (a retry) went through it.
-        if cx
-            .extensions
-            .get::<Reservation>()
-            .is_some_and(|r| r.items.iter().any(|(a, _, _)| a.key == applied.key))
-        {
+        // Each held once per request: provider selection named this provider, or an earlier
+        // attempt (a retry, another provider of the same integration) held it.
+        let held = cx.extensions.get::<Reservation>();
+        let applied: Vec<Applied> = self
+            .provider_budgets(slug, cx.extensions.get::<Principal>(), (self.clock)())
+            .into_iter()
+            .filter(|a| held.is_none_or(|r| r.items.iter().all(|(h, _, _)| h.key != a.key)))
+            .collect();
+        if applied.is_empty() {
             return Ok(Flow::Continue);
         }
         let usage = self.estimate(cx);
-        let cost = match applied.kind {
-            UsageKind::Cost => {
-                let model = target_model(target).or(cx.requested_model());
-                self.cost_or_refuse(Some(slug), &target.provider, model, usage, cx)?
-            }
-            _ => 0.0,
+        let cost = if applied.iter().any(|a| a.kind == UsageKind::Cost) {
+            let model = target_model(target).or(cx.requested_model());
+            self.cost_or_refuse(Some(slug), &target.provider, model, usage, cx)?
+        } else {
+            0.0
         };
-        let amount = applied.amount(1.0, Some(usage), Some(cost));
-        let reserved = self
-            .reserve(std::slice::from_ref(&applied), &[amount])
-            .await?;
-        let item = (Arc::new(applied), reserved[0], amount);
+        let amounts: Vec<f64> = applied
+            .iter()
+            .map(|a| a.amount(1.0, Some(usage), Some(cost)))
+            .collect();
+        let reserved = self.reserve(&applied, &amounts).await?;
+        let items = applied
+            .into_iter()
+            .zip(reserved)
+            .zip(amounts)
+            .map(|((a, r), amount)| (Arc::new(a), r, amount));
         match cx.extensions.get_mut::<Reservation>() {
-            Some(r) => r.items.push(item),
+            Some(r) => r.items.extend(items),
             None => {
-                cx.extensions.insert(Reservation { items: vec![item] });
+                cx.extensions.insert(Reservation {
+                    items: items.collect(),
+                });
             }
         }
         Ok(Flow::Continue)
