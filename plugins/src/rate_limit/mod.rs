@@ -46,7 +46,7 @@
 //! Metrics (no ids in labels):
 //! - `gw_rate_limit_checks_total{outcome="allowed|limited|error"}`: checks of requests that had
 //!   at least one limit (plus one per `on_route` check of a provider's limits);
-//! - `gw_rate_limit_rejections_total{scope="policy|api_key|workspace|jwt|provider|other"}`:
+//! - `gw_rate_limit_rejections_total{scope="policy|api_key|workspace|jwt|provider|integration|other"}`:
 //!   429s by the kind of limit that refused;
 //! - `gw_rate_limit_backend_errors_total{op="check|charge"}`.
 
@@ -231,6 +231,19 @@ impl Applicable {
         self.sources.push((source, limit));
     }
 
+    /// Takes out the counters with these ids.
+    fn remove(&mut self, ids: &[String]) {
+        let mut i = 0;
+        while i < self.specs.len() {
+            if ids.contains(&self.specs[i].id) {
+                self.specs.remove(i);
+                self.sources.remove(i);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
     /// Who set the limit, for the refusal's message.
     fn who(&self, i: usize) -> String {
         match self.sources[i].0 {
@@ -276,6 +289,11 @@ struct TokenCharge {
 /// The saved providers whose own limits this request was counted against (once per request).
 #[derive(Debug, Clone, Default)]
 struct ProvidersCounted(Vec<String>);
+
+/// The integration limits (counter ids) this request was counted against: once per request,
+/// whichever providers of the integration its attempts go through.
+#[derive(Debug, Clone, Default)]
+struct IntegrationsCounted(Vec<String>);
 
 /// The saved provider (slug) of the last upstream attempt.
 #[derive(Debug, Clone)]
@@ -636,11 +654,15 @@ fn conclude(
         }
     }
     let mut counted: Vec<String> = Vec::new();
+    let mut integrations: Vec<String> = Vec::new();
     let mut tokens: Vec<TokenCharge> = Vec::new();
     for (i, spec) in applicable.specs.into_iter().enumerate() {
         let through = match applicable.sources[i].0 {
             Source::Principal(Scope::Provider) => provider_of_id(&spec.id).map(str::to_owned),
-            Source::Principal(Scope::Integration) => applicable.provider.clone(),
+            Source::Principal(Scope::Integration) => {
+                integrations.push(spec.id.clone());
+                applicable.provider.clone()
+            }
             _ => None,
         };
         if let Some(slug) = &through {
@@ -661,6 +683,14 @@ fn conclude(
             Some(c) => c.0.extend(counted),
             None => {
                 cx.extensions.insert(ProvidersCounted(counted));
+            }
+        }
+    }
+    if !integrations.is_empty() {
+        match cx.extensions.get_mut::<IntegrationsCounted>() {
+            Some(c) => c.0.extend(integrations),
+            None => {
+                cx.extensions.insert(IntegrationsCounted(integrations));
             }
         }
     }
@@ -750,6 +780,17 @@ impl Plugin for RateLimiter {
         }
         let mut applicable = Applicable::of(cx.extensions.get::<Principal>());
         self.push_provider(&mut applicable, slug, cx.extensions.get::<Principal>());
+        // An integration's limits counted for an earlier attempt through another of its
+        // providers are not counted again; its token limits are now spent through this one.
+        if let Some(IntegrationsCounted(ids)) = cx.extensions.get::<IntegrationsCounted>() {
+            let ids = ids.clone();
+            applicable.remove(&ids);
+            if let Some(TokenCharges(charges)) = cx.extensions.get_mut::<TokenCharges>() {
+                for c in charges.iter_mut().filter(|c| ids.contains(&c.id)) {
+                    c.through = Some(slug.to_owned());
+                }
+            }
+        }
         if applicable.specs.is_empty() {
             return Ok(Flow::Continue);
         }

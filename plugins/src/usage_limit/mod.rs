@@ -72,7 +72,7 @@
 //! the default; its spend is still charged) or refuses it with a 500 (`refuse`).
 //!
 //! Metrics: `gw_usage_limit_rejections_total{scope}` (scope: api_key, workspace, jwt, policy,
-//! provider, other), `gw_usage_limit_alerts_total{event}` (alert, exhausted),
+//! provider, integration, other), `gw_usage_limit_alerts_total{event}` (alert, exhausted),
 //! `gw_usage_limit_backend_errors_total{op}` (reserve, settle),
 //! `gw_usage_limit_dropped_total{what}` (report, charge, event, settlement),
 //! `gw_usage_limit_unpriced_total{when}` (request, answer).
@@ -1217,13 +1217,21 @@ impl Plugin for UsageLimitPlugin {
             return Ok(Flow::Continue);
         };
         // Each held once per request: provider selection named this provider, or an earlier
-        // attempt (a retry, another provider of the same integration) held it.
-        let held = cx.extensions.get::<Reservation>();
-        let applied: Vec<Applied> = self
-            .provider_budgets(slug, cx.extensions.get::<Principal>(), (self.clock)())
-            .into_iter()
-            .filter(|a| held.is_none_or(|r| r.items.iter().all(|(h, _, _)| h.key != a.key)))
-            .collect();
+        // attempt (a retry, another provider of the same integration) held it. One held for
+        // another provider of the integration is now spent through this one.
+        let mut applied =
+            self.provider_budgets(slug, cx.extensions.get::<Principal>(), (self.clock)());
+        if let Some(held) = cx.extensions.get_mut::<Reservation>() {
+            applied.retain(|a| {
+                let Some(item) = held.items.iter_mut().find(|(h, _, _)| h.key == a.key) else {
+                    return true;
+                };
+                if item.0.through != a.through {
+                    Arc::make_mut(&mut item.0).through = a.through.clone();
+                }
+                false
+            });
+        }
         if applied.is_empty() {
             return Ok(Flow::Continue);
         }
