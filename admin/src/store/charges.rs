@@ -17,8 +17,9 @@
 use plugin_sdk::sinks::UsageCharge;
 use sqlx::Row;
 
+use super::integrations::workspace_budgets;
 use super::policies::{charge_entity, EntityCharge};
-use super::usage;
+use super::usage::{self, UsageRows};
 use super::{from_text, Store};
 use crate::db::{Backend, Tx};
 use crate::error::Result;
@@ -287,17 +288,16 @@ async fn charge_workspace(
     let Some(limit) = usize::try_from(index).ok().and_then(|i| limits.get(i)) else {
         return Ok(Outcome::Unknown);
     };
-    let row = UsageRow {
+    let rows = UsageRows {
         table: "workspace_budget_usage",
         keys: &[("workspace_id", workspace_id)],
-        index,
     };
-    charge_usage_row(tx, backend, &row, limit, amount, period, epoch).await
+    charge_usage_row(tx, backend, &rows, index, limit, amount, period, epoch).await
 }
 
-/// Charges item `index` of the budgets an organisation integration sets on a workspace: the
-/// workspace's own (`integration_workspaces`), else those of the integration's global access.
-/// The row the limits are read from is share-locked, so a change of them waits.
+/// Charges item `index` of the budgets an organisation integration sets on a workspace
+/// ([`workspace_budgets`]: its own, else those of the integration's global access), read with
+/// a share lock so that a change of them waits.
 #[allow(clippy::too_many_arguments)]
 async fn charge_integration(
     tx: &mut Tx,
@@ -309,127 +309,69 @@ async fn charge_integration(
     period: i64,
     epoch: i64,
 ) -> Result<Outcome> {
-    let own: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "SELECT usage_limits FROM integration_workspaces
-         WHERE integration_id = $1 AND workspace_id = $2{}",
-        backend.for_share()
-    )))
-    .bind(integration_id)
-    .bind(workspace_id)
-    .fetch_optional(&mut **tx)
-    .await?;
-    let limits: Vec<UsageLimits> = match own {
-        Some(text) => from_text("integration_workspaces.usage_limits", &text)?,
-        None => {
-            let global = sqlx::query(sqlx::AssertSqlSafe(format!(
-                "SELECT global_workspace_access, global_limits FROM integrations WHERE id = $1{}",
-                backend.for_share()
-            )))
-            .bind(integration_id)
-            .fetch_optional(&mut **tx)
-            .await?;
-            let Some(global) = global else {
-                return Ok(Outcome::Unknown);
-            };
-            if global.try_get::<i64, _>("global_workspace_access")? == 0 {
-                return Ok(Outcome::Unknown);
-            }
-            let limits: GlobalLimits = from_text(
-                "integrations.global_limits",
-                &global.try_get::<String, _>("global_limits")?,
-            )?;
-            limits.usage_limits
-        }
+    let Some((_, limits)) = workspace_budgets(tx, backend, integration_id, workspace_id).await?
+    else {
+        return Ok(Outcome::Unknown);
     };
     let Some(limit) = usize::try_from(index).ok().and_then(|i| limits.get(i)) else {
         return Ok(Outcome::Unknown);
     };
-    let row = UsageRow {
+    let rows = UsageRows {
         table: "integration_budget_usage",
         keys: &[
             ("integration_id", integration_id),
             ("workspace_id", workspace_id),
         ],
-        index,
     };
-    charge_usage_row(tx, backend, &row, limit, amount, period, epoch).await
+    charge_usage_row(tx, backend, &rows, index, limit, amount, period, epoch).await
 }
 
-/// `integrations.global_limits`: the limits each workspace gets under global workspace access.
-#[derive(Debug, Default, serde::Deserialize)]
-pub(super) struct GlobalLimits {
-    #[serde(default)]
-    pub usage_limits: Vec<UsageLimits>,
-    #[serde(default)]
-    pub rate_limits: Vec<plugin_sdk::access::RateLimit>,
-}
-
-/// One row of a budget-usage table: the table, the values of its key columns, and the
-/// budget's index (its `budget_index`).
-struct UsageRow<'a> {
-    table: &'static str,
-    keys: &'a [(&'static str, &'a str)],
-    index: i64,
-}
-
-/// Charges a budget counted in a usage table (its row is made on its first charge, then
-/// locked): the usage settles as [`usage::settle`] says and the row's status follows it.
+/// Charges budget `index` of a holder counted in a usage table (its row is made on its first
+/// charge, then locked): the usage settles as [`usage::settle`] says and the row's status
+/// follows it.
 #[allow(clippy::too_many_arguments)]
 async fn charge_usage_row(
     tx: &mut Tx,
     backend: Backend,
-    row: &UsageRow<'_>,
+    rows: &UsageRows<'_>,
+    index: i64,
     limit: &UsageLimits,
     amount: f64,
     period: i64,
     epoch: i64,
 ) -> Result<Outcome> {
-    let n = row.keys.len();
-    let columns: Vec<&str> = row.keys.iter().map(|(c, _)| *c).collect();
+    let (table, matches, at) = (rows.table, rows.matches(), rows.next());
+    let columns: Vec<&str> = rows.keys.iter().map(|(c, _)| *c).collect();
     let columns = columns.join(", ");
-    let placeholders: Vec<String> = (1..=n).map(|i| format!("${i}")).collect();
-    let matches: Vec<String> = row
-        .keys
-        .iter()
-        .enumerate()
-        .map(|(i, (c, _))| format!("{c} = ${}", i + 1))
-        .collect();
-    let matches = matches.join(" AND ");
-    let (index_at, now_at) = (n + 1, n + 2);
-    let table = row.table;
-    let bind_keys = |sql: String| {
-        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
-        for (_, value) in row.keys {
-            q = q.bind(*value);
-        }
-        q
-    };
+    let placeholders: Vec<String> = (1..at).map(|i| format!("${i}")).collect();
     let now = time::format(time::now());
-    bind_keys(format!(
+    rows.query(format!(
         "INSERT INTO {table} ({columns}, budget_index, current_usage, status, created_at,
              last_updated_at)
-         VALUES ({}, ${index_at}, 0, 'active', ${now_at}, ${now_at})
+         VALUES ({}, ${at}, 0, 'active', ${now_at}, ${now_at})
          ON CONFLICT ({columns}, budget_index) DO NOTHING",
-        placeholders.join(", ")
+        placeholders.join(", "),
+        now_at = at + 1
     ))
-    .bind(row.index)
+    .bind(index)
     .bind(&now)
     .execute(&mut **tx)
     .await?;
-    let stored = bind_keys(format!(
-        "SELECT current_usage, usage_period, reset_epoch, status FROM {table}
-         WHERE {matches} AND budget_index = ${index_at}{}",
-        backend.for_update()
-    ))
-    .bind(row.index)
-    .fetch_one(&mut **tx)
-    .await?;
-    let usage_before = usage::Stored {
+    let stored = rows
+        .query(format!(
+            "SELECT current_usage, usage_period, reset_epoch, status FROM {table}
+             WHERE {matches} AND budget_index = ${at}{}",
+            backend.for_update()
+        ))
+        .bind(index)
+        .fetch_one(&mut **tx)
+        .await?;
+    let before = usage::Stored {
         usage: stored.try_get("current_usage")?,
         period: stored.try_get("usage_period")?,
         epoch: stored.try_get("reset_epoch")?,
     };
-    let Some((used, period)) = usage::settle(usage_before, amount, period, epoch) else {
+    let Some((used, period)) = usage::settle(before, amount, period, epoch) else {
         return Ok(Outcome::Dropped);
     };
     let status = usage::decide(
@@ -437,14 +379,16 @@ async fn charge_usage_row(
         used,
         limit.credit_limit as f64,
     );
-    let (used_at, period_at, status_at, updated_at) = (n + 2, n + 3, n + 4, n + 5);
-    bind_keys(format!(
+    rows.query(format!(
         "UPDATE {table}
-         SET current_usage = ${used_at}, usage_period = ${period_at}, status = ${status_at},
-             last_updated_at = ${updated_at}
-         WHERE {matches} AND budget_index = ${index_at}"
+         SET current_usage = ${}, usage_period = ${}, status = ${}, last_updated_at = ${}
+         WHERE {matches} AND budget_index = ${at}",
+        at + 1,
+        at + 2,
+        at + 3,
+        at + 4
     ))
-    .bind(row.index)
+    .bind(index)
     .bind(used)
     .bind(period)
     .bind(status)

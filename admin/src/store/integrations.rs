@@ -13,7 +13,7 @@ use super::changes::Change;
 use super::providers::{self, NewProvider};
 use super::snapshot::secret_context;
 use super::{from_text, to_text, Actor, Store};
-use crate::db::{Sql, Tx};
+use crate::db::{Backend, Sql, Tx};
 use crate::error::{is_foreign_key_violation, is_unique_violation, AdminError, Result};
 use crate::keys;
 use crate::time;
@@ -824,7 +824,9 @@ impl Store {
         let now = time::format(time::now());
         let org = &actor.principal.organisation_id;
         let id = &integration.id;
+        let backend = self.db.backend();
         let mut tx = self.db.begin_write().await?;
+        let counted = counted_workspaces(&mut tx, backend, id).await?;
         if changes.override_existing {
             sqlx::query("DELETE FROM integration_workspaces WHERE integration_id = $1")
                 .bind(id)
@@ -925,6 +927,7 @@ impl Store {
             &AuditEntry::new("update_workspaces", "integration").resource(id),
         )
         .await?;
+        restate_integration_usage(&mut tx, backend, id, counted).await?;
         self.data_plane_changed(&mut tx, &[Change::Integration(id.clone())])
             .await?;
         tx.commit().await?;
@@ -946,6 +949,125 @@ impl Store {
 }
 
 /// Appends a text placeholder, or `NULL`.
+/// `integrations.global_limits`: the limits each workspace gets under global workspace access.
+#[derive(Debug, Default, serde::Deserialize)]
+pub(super) struct GlobalLimits {
+    #[serde(default)]
+    pub usage_limits: Vec<UsageLimits>,
+    #[serde(default)]
+    pub rate_limits: Vec<plugin_sdk::access::RateLimit>,
+}
+
+/// The budgets an organisation integration sets on a workspace, with where they come from.
+pub(super) type Budgets = (BudgetSource, Vec<UsageLimits>);
+
+/// Where the budgets an organisation integration sets on a workspace come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum BudgetSource {
+    /// The workspace's own `usage_limits` (`integration_workspaces`).
+    Own,
+    /// The global access's, which a workspace gets when its own list is empty.
+    Global,
+}
+
+/// The budgets an organisation integration sets on a workspace, read in `tx` with a share
+/// lock on the rows they come from (a change of them waits): the workspace's own
+/// `usage_limits` when it lists any, else the global access's when that is on. `None`: no
+/// budgets (or no such integration or workspace).
+pub(super) async fn workspace_budgets(
+    tx: &mut Tx,
+    backend: Backend,
+    integration_id: &str,
+    workspace_id: &str,
+) -> Result<Option<Budgets>> {
+    let share = backend.for_share();
+    let own: Option<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT usage_limits FROM integration_workspaces
+         WHERE integration_id = $1 AND workspace_id = $2{share}"
+    )))
+    .bind(integration_id)
+    .bind(workspace_id)
+    .fetch_optional(&mut **tx)
+    .await?;
+    if let Some(text) = own {
+        let own: Vec<UsageLimits> = from_text("integration_workspaces.usage_limits", &text)?;
+        if !own.is_empty() {
+            return Ok(Some((BudgetSource::Own, own)));
+        }
+    }
+    let global = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT i.global_workspace_access, i.global_limits FROM integrations i
+         JOIN workspaces w ON w.organisation_id = i.organisation_id AND w.id = $2
+         WHERE i.id = $1{share}"
+    )))
+    .bind(integration_id)
+    .bind(workspace_id)
+    .fetch_optional(&mut **tx)
+    .await?;
+    let Some(global) = global else {
+        return Ok(None);
+    };
+    if global.try_get::<i64, _>("global_workspace_access")? == 0 {
+        return Ok(None);
+    }
+    let limits: GlobalLimits = from_text(
+        "integrations.global_limits",
+        &global.try_get::<String, _>("global_limits")?,
+    )?;
+    Ok((!limits.usage_limits.is_empty()).then_some((BudgetSource::Global, limits.usage_limits)))
+}
+
+/// After an update of an integration's workspace access (in its transaction): each workspace
+/// that has counted usage keeps it, restated against its new budgets by position (as a
+/// workspace's own budgets are, [`super::workspaces::restate_budgets`]), when its budgets
+/// still come from the same place; a workspace whose budgets now come from elsewhere (its own
+/// list and the global one, or none) starts over.
+async fn restate_integration_usage(
+    tx: &mut Tx,
+    backend: Backend,
+    integration_id: &str,
+    before: Vec<(String, Option<Budgets>)>,
+) -> Result<()> {
+    for (workspace_id, old) in before {
+        let new = workspace_budgets(tx, backend, integration_id, &workspace_id).await?;
+        let rows = super::usage::UsageRows {
+            table: "integration_budget_usage",
+            keys: &[
+                ("integration_id", integration_id),
+                ("workspace_id", &workspace_id),
+            ],
+        };
+        match (old, new) {
+            (Some((was, old)), Some((now, new))) if was == now => {
+                super::usage::restate(tx, &rows, &old, &new).await?;
+            }
+            _ => super::usage::restate(tx, &rows, &[], &[]).await?,
+        }
+    }
+    Ok(())
+}
+
+/// The workspaces with counted usage of an integration's budgets, with the budgets that apply
+/// to each now.
+async fn counted_workspaces(
+    tx: &mut Tx,
+    backend: Backend,
+    integration_id: &str,
+) -> Result<Vec<(String, Option<Budgets>)>> {
+    let ids: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT workspace_id FROM integration_budget_usage WHERE integration_id = $1",
+    )
+    .bind(integration_id)
+    .fetch_all(&mut **tx)
+    .await?;
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        let budgets = workspace_budgets(tx, backend, integration_id, &id).await?;
+        out.push((id, budgets));
+    }
+    Ok(out)
+}
+
 pub(super) fn nullable(sql: &mut Sql, value: Option<String>) {
     match value {
         Some(v) => {

@@ -43,6 +43,7 @@ use sqlx::Row;
 
 use super::access::SharedMap;
 use super::changes::Change;
+use super::integrations::GlobalLimits;
 use super::Store;
 use crate::crypto::{self, Cipher, SecretKey};
 use crate::db::{Backend, Db, Tx};
@@ -957,8 +958,9 @@ async fn integration_usage(
 }
 
 /// The limits an organisation integration sets on the workspace of the provider row `r`: the
-/// workspace's own (`integration_workspaces`), else those of its global access; `None` for a
-/// workspace's own integration, or when there are none.
+/// workspace's own (`integration_workspaces`), each kind (budgets, rate limits) else the global
+/// access's (as [`super::integrations::workspace_budgets`] reads the budgets to charge); `None`
+/// for a workspace's own integration, or when there are none.
 fn integration_limits(
     r: &AnyRow,
     usage: &HashMap<(String, String), Vec<(usize, CountedUsage)>>,
@@ -968,31 +970,36 @@ fn integration_limits(
     {
         return Ok(None);
     }
-    let (usage_limits, rate_limits): (Vec<UsageLimits>, Vec<RateLimit>) = if r
-        .try_get::<Option<String>, _>("workspace_access")?
-        .is_some()
-    {
-        let text = |c: &str| -> Result<String> {
-            Ok(r.try_get::<Option<String>, _>(c)?.unwrap_or_default())
-        };
-        (
-            super::from_text(
-                "integration_workspaces.usage_limits",
-                &text("workspace_usage_limits")?,
-            )?,
-            super::from_text(
-                "integration_workspaces.rate_limits",
-                &text("workspace_rate_limits")?,
-            )?,
-        )
-    } else if r.try_get::<i64, _>("global_workspace_access")? != 0 {
-        let global: super::charges::GlobalLimits = super::from_text(
+    // Each kind from the workspace's own list when it has any, else from the global access's.
+    let text = |c: &str| -> Result<String> {
+        Ok(r.try_get::<Option<String>, _>(c)?
+            .unwrap_or_else(|| "[]".to_owned()))
+    };
+    let own_usage: Vec<UsageLimits> = super::from_text(
+        "integration_workspaces.usage_limits",
+        &text("workspace_usage_limits")?,
+    )?;
+    let own_rate: Vec<RateLimit> = super::from_text(
+        "integration_workspaces.rate_limits",
+        &text("workspace_rate_limits")?,
+    )?;
+    let global = if r.try_get::<i64, _>("global_workspace_access")? != 0 {
+        super::from_text(
             "integrations.global_limits",
             &r.try_get::<String, _>("global_limits")?,
-        )?;
-        (global.usage_limits, global.rate_limits)
+        )?
     } else {
-        return Ok(None);
+        GlobalLimits::default()
+    };
+    let usage_limits = if own_usage.is_empty() {
+        global.usage_limits
+    } else {
+        own_usage
+    };
+    let rate_limits = if own_rate.is_empty() {
+        global.rate_limits
+    } else {
+        own_rate
     };
     if usage_limits.is_empty() && rate_limits.is_empty() {
         return Ok(None);

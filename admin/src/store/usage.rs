@@ -124,6 +124,99 @@ pub(crate) fn shown(
     (status.to_owned(), 0.0)
 }
 
+/// The usage rows of one holder's budgets in a budget-usage table (`workspace_budget_usage`,
+/// `integration_budget_usage`): the table, and the values of its key columns (`budget_index`
+/// aside), bound as `$1..$n`.
+pub(super) struct UsageRows<'a> {
+    pub table: &'static str,
+    pub keys: &'a [(&'static str, &'a str)],
+}
+
+impl UsageRows<'_> {
+    /// `k1 = $1 AND k2 = $2 ...`
+    pub fn matches(&self) -> String {
+        let parts: Vec<String> = self
+            .keys
+            .iter()
+            .enumerate()
+            .map(|(i, (column, _))| format!("{column} = ${}", i + 1))
+            .collect();
+        parts.join(" AND ")
+    }
+
+    /// The number of the first placeholder after the keys'.
+    pub fn next(&self) -> usize {
+        self.keys.len() + 1
+    }
+
+    /// `sql` with the keys bound.
+    pub fn query(&self, sql: String) -> sqlx::query::Query<'_, sqlx::Any, sqlx::any::AnyArguments> {
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql));
+        for (_, value) in self.keys {
+            q = q.bind(*value);
+        }
+        q
+    }
+}
+
+/// After a change of a holder's budgets from `old` to `new` (in the change's transaction, the
+/// rows the budgets come from locked): each item keeps the usage counted in its current period,
+/// carried into the new schedule's current period, and its status is re-decided against the
+/// new credit limit (so raising it reactivates an exhausted budget at once); usage of items past
+/// the end of the new list is removed. Items are matched by position.
+pub(super) async fn restate(
+    tx: &mut crate::db::Tx,
+    rows: &UsageRows<'_>,
+    old: &[UsageLimits],
+    new: &[UsageLimits],
+) -> crate::error::Result<()> {
+    use sqlx::Row;
+    let (table, matches, at) = (rows.table, rows.matches(), rows.next());
+    let now = crate::time::format(crate::time::now());
+    rows.query(format!(
+        "DELETE FROM {table} WHERE {matches} AND budget_index >= ${at}"
+    ))
+    .bind(new.len() as i64)
+    .execute(&mut **tx)
+    .await?;
+    let stored = rows
+        .query(format!(
+            "SELECT budget_index, current_usage, usage_period FROM {table} WHERE {matches}"
+        ))
+        .fetch_all(&mut **tx)
+        .await?;
+    for r in &stored {
+        let index: i64 = r.try_get("budget_index")?;
+        let Some(limit) = usize::try_from(index).ok().and_then(|i| new.get(i)) else {
+            continue;
+        };
+        let old_limit = old.get(index as usize).map(sdk_limit);
+        let new_limit = sdk_limit(limit);
+        let counted = in_period(
+            r.try_get("current_usage")?,
+            r.try_get("usage_period")?,
+            period_now(old_limit.as_ref()),
+        );
+        rows.query(format!(
+            "UPDATE {table}
+             SET current_usage = ${at}, usage_period = ${}, status = ${}, last_updated_at = ${}
+             WHERE {matches} AND budget_index = ${}",
+            at + 1,
+            at + 2,
+            at + 3,
+            at + 4
+        ))
+        .bind(counted)
+        .bind(period_now(Some(&new_limit)))
+        .bind(decide("active", counted, new_limit.credit_limit))
+        .bind(&now)
+        .bind(index)
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

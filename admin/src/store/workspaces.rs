@@ -223,61 +223,6 @@ async fn attach_budget_usage(db: &Db, list: &mut [Workspace]) -> Result<()> {
     Ok(())
 }
 
-/// After a change of a workspace's `usage_limits` (in its transaction, the workspace row
-/// locked): each item keeps the usage counted in its current period, carried into the new
-/// schedule's current period, and its status is re-decided against the new credit limit (so
-/// raising it reactivates an exhausted budget at once); usage of items past the end of the new
-/// list is removed. Items are matched by position.
-async fn restate_budgets(
-    tx: &mut Tx,
-    workspace_id: &str,
-    old: &[UsageLimits],
-    new: &[UsageLimits],
-) -> Result<()> {
-    let now = time::format(time::now());
-    sqlx::query(
-        "DELETE FROM workspace_budget_usage WHERE workspace_id = $1 AND budget_index >= $2",
-    )
-    .bind(workspace_id)
-    .bind(new.len() as i64)
-    .execute(&mut **tx)
-    .await?;
-    let rows = sqlx::query(
-        "SELECT budget_index, current_usage, usage_period FROM workspace_budget_usage
-         WHERE workspace_id = $1",
-    )
-    .bind(workspace_id)
-    .fetch_all(&mut **tx)
-    .await?;
-    for r in &rows {
-        let index: i64 = r.try_get("budget_index")?;
-        let Some(limit) = usize::try_from(index).ok().and_then(|i| new.get(i)) else {
-            continue;
-        };
-        let old_limit = old.get(index as usize).map(usage::sdk_limit);
-        let new_limit = usage::sdk_limit(limit);
-        let counted = usage::in_period(
-            r.try_get("current_usage")?,
-            r.try_get("usage_period")?,
-            usage::period_now(old_limit.as_ref()),
-        );
-        sqlx::query(
-            "UPDATE workspace_budget_usage
-             SET current_usage = $1, usage_period = $2, status = $3, last_updated_at = $4
-             WHERE workspace_id = $5 AND budget_index = $6",
-        )
-        .bind(counted)
-        .bind(usage::period_now(Some(&new_limit)))
-        .bind(usage::decide("active", counted, new_limit.credit_limit))
-        .bind(&now)
-        .bind(workspace_id)
-        .bind(index)
-        .execute(&mut **tx)
-        .await?;
-    }
-    Ok(())
-}
-
 /// Inserts a workspace and its members; returns it.
 pub(super) async fn insert(
     tx: &mut Tx,
@@ -511,7 +456,11 @@ impl Store {
             return Err(AdminError::not_found(format!("no workspace {}", ws.id)));
         }
         if let Some(new_limits) = &changes.usage_limits {
-            restate_budgets(&mut tx, &ws.id, &old_limits, new_limits).await?;
+            let rows = usage::UsageRows {
+                table: "workspace_budget_usage",
+                keys: &[("workspace_id", &ws.id)],
+            };
+            usage::restate(&mut tx, &rows, &old_limits, new_limits).await?;
         }
         audit::insert(
             &mut tx,

@@ -640,6 +640,17 @@ async fn the_running_control_plane_sink(db: TestDb) {
 
 /// The usage of a budget an integration sets on a workspace: (usage, status).
 async fn integration_usage(app: &App, integration: &str, ws: &str, index: i64) -> (f64, String) {
+    stored_integration_usage(app, integration, ws, index)
+        .await
+        .expect("a usage row")
+}
+
+async fn stored_integration_usage(
+    app: &App,
+    integration: &str,
+    ws: &str,
+    index: i64,
+) -> Option<(f64, String)> {
     let r = sqlx::query(
         "SELECT current_usage, status FROM integration_budget_usage
          WHERE integration_id = $1 AND workspace_id = $2 AND budget_index = $3",
@@ -647,10 +658,10 @@ async fn integration_usage(app: &App, integration: &str, ws: &str, index: i64) -
     .bind(integration.to_owned())
     .bind(ws.to_owned())
     .bind(index)
-    .fetch_one(app.store.db().pool())
+    .fetch_optional(app.store.db().pool())
     .await
-    .expect("a usage row");
-    (r.try_get(0).unwrap(), r.try_get(1).unwrap())
+    .expect("a query");
+    r.map(|r| (r.try_get(0).unwrap(), r.try_get(1).unwrap()))
 }
 
 /// Budgets an organisation integration sets on a workspace (its own access, else the global
@@ -760,6 +771,66 @@ async fn integration_budgets(db: TestDb) {
         (2.0, "active".into())
     );
     assert_eq!(integration_usage(&app, &integration, &ws, 0).await.0, 10.0);
+
+    let access = |workspaces: Value| {
+        ok(
+            &app,
+            "PUT",
+            "/v1/integrations/base/workspaces",
+            Some(json!({ "workspaces": workspaces })),
+        )
+    };
+    // A workspace of its own with no budgets listed still gets the global ones: its usage stays.
+    access(json!([{"id": other, "enabled": true, "usage_limits": [], "rate_limits": []}])).await;
+    let limits = published.provider("q").unwrap().integration_limits.clone();
+    assert_eq!(limits.unwrap().budgets[0].limit.credit_limit, 3.0);
+    assert_eq!(
+        integration_usage(&app, &integration, &other, 0).await.0,
+        2.0
+    );
+    // Budgets of its own instead of the global ones: its usage starts over.
+    access(json!([{"id": other, "enabled": true,
+                   "usage_limits": [{"type": "tokens", "credit_limit": 50}]}]))
+    .await;
+    assert_eq!(
+        stored_integration_usage(&app, &integration, &other, 0).await,
+        None
+    );
+    // A longer list of the same workspace's own budgets: the first keeps its usage, restated
+    // against its new limit (active again below it).
+    access(json!([{"id": ws, "enabled": true, "usage_limits": [
+        {"type": "tokens", "credit_limit": 20}, {"type": "tokens", "credit_limit": 5}]}]))
+    .await;
+    assert_eq!(
+        integration_usage(&app, &integration, &ws, 0).await,
+        (10.0, "active".into())
+    );
+    // Charges of a workspace deleted since are skipped, not errors (they would hold up every
+    // other charge of their batch).
+    let third = app.workspace("Third").await;
+    ok(
+        &app,
+        "DELETE",
+        &format!("/v1/admin/workspaces/{third}"),
+        Some(json!({"force_delete": true})),
+    )
+    .await;
+    let report = app
+        .store
+        .apply_usage_charges(&[
+            charge(
+                &format!("integration:{integration}:{third}:0"),
+                "",
+                1.0,
+                0,
+                0,
+            ),
+            charge(&id, "", 1.0, 0, 0),
+        ])
+        .await
+        .unwrap();
+    assert_eq!((report.unknown, report.applied), (1, 1));
+    assert_eq!(integration_usage(&app, &integration, &ws, 0).await.0, 11.0);
 }
 
 crate::on_both_databases!(

@@ -819,6 +819,80 @@ async fn an_openai_stream_is_charged_the_usage_the_gateway_asked_for_unseen() {
     assert!(text.contains("\"usage\":{"), "{text}");
 }
 
+impl Env {
+    /// An organisation integration `shared` on the mock, enabled in workspace `ws` with these
+    /// `rate_limits` and `usage_limits`, and two providers of it there, `shared-one` and
+    /// `shared-two`.
+    async fn shared_integration(&self, ws: &str, rate: Value, usage: Value) {
+        self.admin_ok(
+            Method::POST,
+            "/v1/integrations",
+            json!({"name": "Shared", "slug": "shared", "ai_provider_id": "openai",
+                   "key": "sk-shared-123456", "create_default_provider": false,
+                   "configurations": {"custom_host": self.mock.base_url()}}),
+        )
+        .await;
+        self.shared_limits(ws, rate, usage).await;
+        for slug in ["shared-one", "shared-two"] {
+            self.admin_ok(
+                Method::POST,
+                "/v1/providers",
+                json!({"name": slug, "slug": slug, "integration_id": "shared", "workspace_id": ws}),
+            )
+            .await;
+        }
+    }
+
+    /// New limits of the integration `shared` on workspace `ws`.
+    async fn shared_limits(&self, ws: &str, rate: Value, usage: Value) {
+        self.admin_ok(
+            Method::PUT,
+            "/v1/integrations/shared/workspaces",
+            json!({"workspaces": [{"id": ws, "enabled": true, "rate_limits": rate,
+                                   "usage_limits": usage}]}),
+        )
+        .await;
+    }
+
+    async fn admin_ok(&self, method: Method, path: &str, body: Value) -> Value {
+        let (status, got) = self
+            .admin_call(method, path, Some(ADMIN_KEY), Some(body))
+            .await;
+        assert_eq!(status, 200, "{path}: {got}");
+        got
+    }
+
+    /// The stored usage (and status) of budget 0 of the integration `shared` in workspace `ws`.
+    async fn shared_usage(&self, ws: &str) -> Option<(f64, String)> {
+        use sqlx::{Connection, Row};
+        sqlx::any::install_default_drivers();
+        let mut conn = sqlx::AnyConnection::connect(&self.db.sqlite_url())
+            .await
+            .expect("the test's database");
+        let row = sqlx::query(
+            "SELECT u.current_usage, u.status FROM integration_budget_usage u
+             JOIN integrations i ON i.id = u.integration_id
+             WHERE i.slug = 'shared' AND u.workspace_id = $1 AND u.budget_index = 0",
+        )
+        .bind(ws)
+        .fetch_optional(&mut conn)
+        .await
+        .expect("query");
+        row.map(|r| {
+            (
+                r.get::<f64, _>("current_usage"),
+                r.get::<String, _>("status"),
+            )
+        })
+    }
+}
+
+/// 1 prompt word, 4 reply words: 5 tokens a call.
+fn five_tokens() -> Value {
+    json!({"model": "mock-model", "max_tokens": 4,
+           "messages": [{"role": "user", "content": "x"}]})
+}
+
 /// Limits an organisation integration sets on a workspace (`PUT
 /// /v1/integrations/{slug}/workspaces`) hold over the workspace's requests through every
 /// provider of that integration: its rate limit answers 429, its budget 412, and what was spent
@@ -827,49 +901,14 @@ async fn an_openai_stream_is_charged_the_usage_the_gateway_asked_for_unseen() {
 async fn an_integrations_limits_on_a_workspace_hold_across_its_providers() {
     let env = &Env::start().await;
     let ws = env.default_workspace().await;
-    let admin = |method: Method, path: &str, body: Value| {
-        let path = path.to_owned();
-        async move {
-            let (status, got) = env
-                .admin_call(method, &path, Some(ADMIN_KEY), Some(body))
-                .await;
-            assert_eq!(status, 200, "{path}: {got}");
-            got
-        }
-    };
-    admin(
-        Method::POST,
-        "/v1/integrations",
-        json!({"name": "Shared", "slug": "shared", "ai_provider_id": "openai",
-               "key": "sk-shared-123456", "create_default_provider": false,
-               "configurations": {"custom_host": env.mock.base_url()}}),
-    )
-    .await;
-    let limits = |rate: Value, usage: Value| {
-        admin(
-            Method::PUT,
-            "/v1/integrations/shared/workspaces",
-            json!({"workspaces": [{"id": ws, "enabled": true, "rate_limits": rate,
-                                   "usage_limits": usage}]}),
-        )
-    };
-    limits(
+    env.shared_integration(
+        &ws,
         json!([{"type": "requests", "unit": "rpm", "value": 2}]),
         json!([]),
     )
     .await;
-    for slug in ["shared-one", "shared-two"] {
-        admin(
-            Method::POST,
-            "/v1/providers",
-            json!({"name": slug, "slug": slug, "integration_id": "shared", "workspace_id": ws}),
-        )
-        .await;
-    }
     let (key, _) = env.workspace_key(&ws, json!({})).await;
-    // 1 prompt word, 4 reply words: 5 tokens a call.
-    let small = json!({"model": "mock-model", "max_tokens": 4,
-                       "messages": [{"role": "user", "content": "x"}]});
+    let small = five_tokens();
     let through = |slug: &'static str| {
         env.bare
             .post(env.url("/v1/chat/completions"))
@@ -895,7 +934,12 @@ async fn an_integrations_limits_on_a_workspace_hold_across_its_providers() {
     assert_eq!(env.chat_as(&key, &small, &[]).await.status(), 200);
 
     // A budget of 15 tokens instead: three calls of 5 spend it, over both providers.
-    limits(json!([]), json!([{"type": "tokens", "credit_limit": 15}])).await;
+    env.shared_limits(
+        &ws,
+        json!([]),
+        json!([{"type": "tokens", "credit_limit": 15}]),
+    )
+    .await;
     for slug in ["shared-one", "shared-two", "shared-one"] {
         assert_eq!(through(slug).await.unwrap().status(), 200, "{slug}");
     }
@@ -909,32 +953,72 @@ async fn an_integrations_limits_on_a_workspace_hold_across_its_providers() {
     );
     assert_eq!(env.chat_as(&key, &small, &[]).await.status(), 200);
 
-    // Stored for the next start: 15 tokens against budget 0 of the integration in the workspace.
-    let stored = || async {
-        use sqlx::{Connection, Row};
-        sqlx::any::install_default_drivers();
-        let mut conn = sqlx::AnyConnection::connect(&env.db.sqlite_url())
-            .await
-            .expect("the test's database");
-        let row = sqlx::query(
-            "SELECT u.current_usage, u.status FROM integration_budget_usage u
-             JOIN integrations i ON i.id = u.integration_id
-             WHERE i.slug = 'shared' AND u.workspace_id = $1 AND u.budget_index = 0",
-        )
-        .bind(&ws)
-        .fetch_optional(&mut conn)
-        .await
-        .expect("query");
-        row.map(|r| {
-            (
-                r.get::<f64, _>("current_usage"),
-                r.get::<String, _>("status"),
-            )
-        })
-    };
+    // Stored for the next start, and shown.
     let (used, status) = eventually("the stored charge", || async {
-        stored().await.filter(|(used, _)| *used == 15.0)
+        env.shared_usage(&ws)
+            .await
+            .filter(|(used, _)| *used == 15.0)
     })
     .await;
     assert_eq!((used, status.as_str()), (15.0, "exhausted"));
+    let listed = env
+        .admin_ok(
+            Method::GET,
+            "/v1/integrations/shared/workspaces",
+            json!(null),
+        )
+        .await;
+    let shown = &listed["data"][0];
+    assert_eq!(shown["usage_limits"][0]["current_usage"], 15.0, "{listed}");
+
+    // Raised: the usage carries over, and requests pass again.
+    env.shared_limits(
+        &ws,
+        json!([]),
+        json!([{"type": "tokens", "credit_limit": 25}]),
+    )
+    .await;
+    assert_eq!(env.shared_usage(&ws).await, Some((15.0, "active".into())));
+    assert_eq!(through("shared-two").await.unwrap().status(), 200);
+}
+
+/// A request that falls back from one provider of an integration to another is counted once
+/// against the integration's rate limit, and charged to its budget through the provider that
+/// answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fallback_between_providers_of_one_integration_counts_once() {
+    let env = &Env::start().await;
+    let ws = env.default_workspace().await;
+    env.shared_integration(
+        &ws,
+        json!([{"type": "requests", "unit": "rpm", "value": 2}]),
+        json!([{"type": "tokens", "credit_limit": 100}]),
+    )
+    .await;
+    let (key, _) = env.workspace_key(&ws, json!({})).await;
+    let config = json!({"strategy": {"mode": "fallback"},
+        "targets": [{"provider": "@shared-one"}, {"provider": "@shared-two"}]});
+    let send = || {
+        env.bare
+            .post(env.url("/v1/chat/completions"))
+            .header("x-gw-api-key", &key)
+            .header("x-gw-config", config.to_string())
+            // The mock fails the first request of this kind (503): @shared-one's attempt.
+            .header("x-mock-fail-first", "1")
+            .header("x-gw-forward-headers", "x-mock-fail-first")
+            .json(&five_tokens())
+            .send()
+    };
+    let before = env.mock.request_count();
+    assert_eq!(send().await.unwrap().status(), 200);
+    assert_eq!(env.mock.request_count(), before + 2, "one fallback");
+    assert_eq!(send().await.unwrap().status(), 200, "counted once");
+    assert_eq!(send().await.unwrap().status(), 429);
+    // Both answers spent 5 tokens each, the first through the second provider.
+    eventually("the stored charges", || async {
+        env.shared_usage(&ws)
+            .await
+            .filter(|(used, _)| *used == 10.0)
+    })
+    .await;
 }
