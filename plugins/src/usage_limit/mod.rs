@@ -913,6 +913,15 @@ struct Reservation {
     items: Vec<(Arc<Applied>, f64, f64)>,
 }
 
+/// What each of `applied` is asked to hold for one request estimated at `usage`, priced at
+/// `cost`.
+fn amounts_of(applied: &[Applied], usage: Usage, cost: f64) -> Vec<f64> {
+    applied
+        .iter()
+        .map(|a| a.amount(1.0, Some(usage), Some(cost)))
+        .collect()
+}
+
 /// Budgets with what each holds and the estimate it was asked to hold.
 fn held_items(
     applied: Vec<Applied>,
@@ -1174,10 +1183,7 @@ impl Plugin for UsageLimitPlugin {
         } else {
             0.0
         };
-        let amounts: Vec<f64> = applied
-            .iter()
-            .map(|a| a.amount(1.0, Some(usage), Some(cost)))
-            .collect();
+        let amounts = amounts_of(&applied, usage, cost);
         if let Some(redis) = self.shared.ledger.redis() {
             // Joins the rate limit's check in one round trip (see limits::admission).
             let call = RedisLedger::prepare(&UsageLimitPlugin::holds(&applied, &amounts));
@@ -1242,10 +1248,7 @@ impl Plugin for UsageLimitPlugin {
         } else {
             0.0
         };
-        let amounts: Vec<f64> = applied
-            .iter()
-            .map(|a| a.amount(1.0, Some(usage), Some(cost)))
-            .collect();
+        let amounts = amounts_of(&applied, usage, cost);
         let reserved = self.reserve(&applied, &amounts).await?;
         let items = applied
             .into_iter()
