@@ -826,6 +826,15 @@ impl Store {
         let id = &integration.id;
         let backend = self.db.backend();
         let mut tx = self.db.begin_write().await?;
+        // Locked first: reading the limits in force below takes share locks, which two
+        // updates at once could not both turn into the write locks they then need.
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT id FROM integrations WHERE id = $1{}",
+            backend.for_update()
+        )))
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
         let counted = counted_workspaces(&mut tx, backend, id).await?;
         if changes.override_existing {
             sqlx::query("DELETE FROM integration_workspaces WHERE integration_id = $1")
@@ -948,7 +957,6 @@ impl Store {
     }
 }
 
-/// Appends a text placeholder, or `NULL`.
 /// `integrations.global_limits`: the limits each workspace gets under global workspace access.
 #[derive(Debug, Default, serde::Deserialize)]
 pub(super) struct GlobalLimits {
@@ -1019,9 +1027,9 @@ pub(super) async fn workspace_budgets(
 
 /// After an update of an integration's workspace access (in its transaction): each workspace
 /// that has counted usage keeps it, restated against its new budgets by position (as a
-/// workspace's own budgets are, [`super::workspaces::restate_budgets`]), when its budgets
-/// still come from the same place; a workspace whose budgets now come from elsewhere (its own
-/// list and the global one, or none) starts over.
+/// workspace's own budgets are, [`super::usage::restate`]), when its budgets still come from
+/// the same place; a workspace whose budgets now come from elsewhere (its own list and the
+/// global one, or none) starts over.
 async fn restate_integration_usage(
     tx: &mut Tx,
     backend: Backend,
@@ -1038,10 +1046,11 @@ async fn restate_integration_usage(
             ],
         };
         match (old, new) {
+            (old, new) if old == new => {}
             (Some((was, old)), Some((now, new))) if was == now => {
-                super::usage::restate(tx, &rows, &old, &new).await?;
+                super::usage::restate(tx, backend, &rows, &old, &new).await?;
             }
-            _ => super::usage::restate(tx, &rows, &[], &[]).await?,
+            _ => super::usage::restate(tx, backend, &rows, &[], &[]).await?,
         }
     }
     Ok(())
@@ -1068,6 +1077,7 @@ async fn counted_workspaces(
     Ok(out)
 }
 
+/// Appends a text placeholder, or `NULL`.
 pub(super) fn nullable(sql: &mut Sql, value: Option<String>) {
     match value {
         Some(v) => {

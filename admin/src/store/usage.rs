@@ -166,6 +166,7 @@ impl UsageRows<'_> {
 /// the end of the new list is removed. Items are matched by position.
 pub(super) async fn restate(
     tx: &mut crate::db::Tx,
+    backend: crate::db::Backend,
     rows: &UsageRows<'_>,
     old: &[UsageLimits],
     new: &[UsageLimits],
@@ -179,9 +180,11 @@ pub(super) async fn restate(
     .bind(new.len() as i64)
     .execute(&mut **tx)
     .await?;
+    // Locked: a charge committed meanwhile would otherwise be overwritten with what was read.
     let stored = rows
         .query(format!(
-            "SELECT budget_index, current_usage, usage_period FROM {table} WHERE {matches}"
+            "SELECT budget_index, current_usage, usage_period FROM {table} WHERE {matches}{}",
+            backend.for_update()
         ))
         .fetch_all(&mut **tx)
         .await?;

@@ -460,7 +460,7 @@ impl Store {
                 table: "workspace_budget_usage",
                 keys: &[("workspace_id", &ws.id)],
             };
-            usage::restate(&mut tx, &rows, &old_limits, new_limits).await?;
+            usage::restate(&mut tx, self.db.backend(), &rows, &old_limits, new_limits).await?;
         }
         audit::insert(
             &mut tx,

@@ -1022,3 +1022,42 @@ async fn a_fallback_between_providers_of_one_integration_counts_once() {
     })
     .await;
 }
+
+/// An integration's token limit is charged what its answer spent whichever of its providers
+/// answered, also when the attempts come back to a provider tried before (A, B, then A).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_integrations_token_limit_is_charged_through_the_provider_that_answered() {
+    let env = &Env::start().await;
+    let ws = env.default_workspace().await;
+    env.shared_integration(
+        &ws,
+        json!([{"type": "tokens", "unit": "rpm", "value": 5}]),
+        json!([]),
+    )
+    .await;
+    let (key, _) = env.workspace_key(&ws, json!({})).await;
+    let config = json!({"strategy": {"mode": "fallback"}, "targets": [
+        {"provider": "@shared-one"}, {"provider": "@shared-two"}, {"provider": "@shared-one"}]});
+    let send = || {
+        env.bare
+            .post(env.url("/v1/chat/completions"))
+            .header("x-gw-api-key", &key)
+            .header("x-gw-config", config.to_string())
+            // The mock fails the first two requests of this kind (503).
+            .header("x-mock-fail-first", "2")
+            .header("x-gw-forward-headers", "x-mock-fail-first")
+            .json(&five_tokens())
+            .send()
+    };
+    let before = env.mock.request_count();
+    assert_eq!(send().await.unwrap().status(), 200);
+    assert_eq!(
+        env.mock.request_count(),
+        before + 3,
+        "A, B, then A answered"
+    );
+    // The 5 tokens spent the limit (charged in the background, in-process at once): the
+    // next request waits. (Polling would not do: a request let through spends it too.)
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(send().await.unwrap().status(), 429);
+}

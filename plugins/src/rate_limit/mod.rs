@@ -771,17 +771,11 @@ impl Plugin for RateLimiter {
         let Some(slug) = target.slug.as_deref() else {
             return Ok(Flow::Continue);
         };
-        if cx
-            .extensions
-            .get::<ProvidersCounted>()
-            .is_some_and(|c| c.0.iter().any(|s| s == slug))
-        {
-            return Ok(Flow::Continue);
-        }
         let mut applicable = Applicable::of(cx.extensions.get::<Principal>());
         self.push_provider(&mut applicable, slug, cx.extensions.get::<Principal>());
-        // An integration's limits counted for an earlier attempt through another of its
-        // providers are not counted again; its token limits are now spent through this one.
+        // An integration's limits counted for an earlier attempt (through this provider or
+        // another of the integration's) are not counted again; its token limits are now spent
+        // through this one.
         if let Some(IntegrationsCounted(ids)) = cx.extensions.get::<IntegrationsCounted>() {
             let ids = ids.clone();
             applicable.remove(&ids);
@@ -790,6 +784,13 @@ impl Plugin for RateLimiter {
                     c.through = Some(slug.to_owned());
                 }
             }
+        }
+        if cx
+            .extensions
+            .get::<ProvidersCounted>()
+            .is_some_and(|c| c.0.iter().any(|s| s == slug))
+        {
+            return Ok(Flow::Continue);
         }
         if applicable.specs.is_empty() {
             return Ok(Flow::Continue);
