@@ -687,7 +687,7 @@ impl Store {
                     i.id AS integration_id, i.ai_provider_id, i.key_secret,
                     i.settings, i.secret_settings, i.workspace_id AS integration_workspace_id,
                     i.global_workspace_access, i.global_limits,
-                    iw.integration_id AS workspace_access, iw.usage_limits AS workspace_usage_limits,
+                    iw.usage_limits AS workspace_usage_limits,
                     iw.rate_limits AS workspace_rate_limits
              FROM providers p JOIN integrations i ON i.id = p.integration_id
              LEFT JOIN integration_workspaces iw
@@ -723,7 +723,7 @@ impl Store {
             let integration: String = r.try_get("integration_id")?;
             let expires_at: Option<String> = r.try_get("expires_at")?;
             // A provider whose limits cannot be read is left out (refused), not served unlimited.
-            let limits = match provider_limits(r)
+            let (limits, integration_limits) = match provider_limits(r)
                 .and_then(|own| Ok((own, integration_limits(r, &integration_usage)?)))
             {
                 Ok(limits) => limits,
@@ -732,7 +732,6 @@ impl Store {
                     continue;
                 }
             };
-            let (limits, integration_limits) = limits;
             if !secrets.contains_key(&integration) {
                 let opened = self.open_secrets(
                     &integration,
