@@ -862,6 +862,30 @@ impl Env {
         got
     }
 
+    /// A 5-token chat with `key` under a fallback config over these saved providers, the
+    /// mock failing the first `fail_first` requests of its kind (503).
+    async fn fallback_between(
+        &self,
+        key: &str,
+        slugs: &[&str],
+        fail_first: u32,
+    ) -> reqwest::Result<reqwest::Response> {
+        let targets: Vec<Value> = slugs
+            .iter()
+            .map(|s| json!({"provider": format!("@{s}")}))
+            .collect();
+        let config = json!({"strategy": {"mode": "fallback"}, "targets": targets});
+        self.bare
+            .post(self.url("/v1/chat/completions"))
+            .header("x-gw-api-key", key)
+            .header("x-gw-config", config.to_string())
+            .header("x-mock-fail-first", fail_first.to_string())
+            .header("x-gw-forward-headers", "x-mock-fail-first")
+            .json(&five_tokens())
+            .send()
+            .await
+    }
+
     /// The stored usage (and status) of budget 0 of the integration `shared` in workspace `ws`.
     async fn shared_usage(&self, ws: &str) -> Option<(f64, String)> {
         use sqlx::{Connection, Row};
@@ -996,19 +1020,8 @@ async fn a_fallback_between_providers_of_one_integration_counts_once() {
     )
     .await;
     let (key, _) = env.workspace_key(&ws, json!({})).await;
-    let config = json!({"strategy": {"mode": "fallback"},
-        "targets": [{"provider": "@shared-one"}, {"provider": "@shared-two"}]});
-    let send = || {
-        env.bare
-            .post(env.url("/v1/chat/completions"))
-            .header("x-gw-api-key", &key)
-            .header("x-gw-config", config.to_string())
-            // The mock fails the first request of this kind (503): @shared-one's attempt.
-            .header("x-mock-fail-first", "1")
-            .header("x-gw-forward-headers", "x-mock-fail-first")
-            .json(&five_tokens())
-            .send()
-    };
+    // The mock fails the first request of this kind (503): @shared-one's attempt.
+    let send = || env.fallback_between(&key, &["shared-one", "shared-two"], 1);
     let before = env.mock.request_count();
     assert_eq!(send().await.unwrap().status(), 200);
     assert_eq!(env.mock.request_count(), before + 2, "one fallback");
@@ -1036,19 +1049,8 @@ async fn an_integrations_token_limit_is_charged_through_the_provider_that_answer
     )
     .await;
     let (key, _) = env.workspace_key(&ws, json!({})).await;
-    let config = json!({"strategy": {"mode": "fallback"}, "targets": [
-        {"provider": "@shared-one"}, {"provider": "@shared-two"}, {"provider": "@shared-one"}]});
-    let send = || {
-        env.bare
-            .post(env.url("/v1/chat/completions"))
-            .header("x-gw-api-key", &key)
-            .header("x-gw-config", config.to_string())
-            // The mock fails the first two requests of this kind (503).
-            .header("x-mock-fail-first", "2")
-            .header("x-gw-forward-headers", "x-mock-fail-first")
-            .json(&five_tokens())
-            .send()
-    };
+    // The mock fails the first two requests of this kind (503).
+    let send = || env.fallback_between(&key, &["shared-one", "shared-two", "shared-one"], 2);
     let before = env.mock.request_count();
     assert_eq!(send().await.unwrap().status(), 200);
     assert_eq!(
