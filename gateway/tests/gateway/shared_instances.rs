@@ -3,7 +3,8 @@
 //! concurrent load, concurrent requests on both cannot overspend one budget, an answer cached
 //! by one is a hit on the other, and a key deleted through one is refused by the other. Three
 //! instances under mixed load (streams, clients leaving, cache hits, passthrough) admit exactly
-//! a rate limit and overspend a budget by at most one request's estimate.
+//! a rate limit and overspend a budget by at most one request's estimate; two count an
+//! organisation integration's rate limit on a workspace as one, over both of its providers.
 //!
 //! Runs when `GW_TEST_POSTGRES_URL` and `GW_TEST_REDIS_URL` are set (`.ci/run` sets both); a
 //! set variable whose service is unreachable fails the test.
@@ -469,4 +470,108 @@ async fn three_instances_hold_limits_under_mixed_load() {
         last <= f64::from(budget + one_estimate),
         "spent {last} of a {budget} budget: {budgeted_statuses:?}"
     );
+}
+
+/// Two instances sharing Redis count an organisation integration's rate limit on a workspace
+/// as one, over both of the integration's providers there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_hold_an_integrations_limit_over_its_providers() {
+    let (Some(pg), Some(redis_url)) = (
+        service("GW_TEST_POSTGRES_URL"),
+        service("GW_TEST_REDIS_URL"),
+    ) else {
+        eprintln!("two_instances_hold_an_integrations_limit_over_its_providers: skipped (GW_TEST_POSTGRES_URL and GW_TEST_REDIS_URL are needed)");
+        return;
+    };
+    let database_url = fresh_schema(&pg, "integration").await;
+    let mock = MockProvider::start().await;
+    let a = instance(&database_url, &redis_url, &mock).await;
+    let b = instance(&database_url, &redis_url, &mock).await;
+    let client = reqwest::Client::new();
+    let workspaces = admin(&client, &a, Method::GET, "/v1/admin/workspaces", None).await;
+    let ws = workspaces["data"][0]["id"].as_str().unwrap().to_owned();
+    admin(
+        &client,
+        &a,
+        Method::POST,
+        "/v1/integrations",
+        Some(
+            json!({"name": "Shared", "slug": "shared", "ai_provider_id": "openai",
+                    "key": "sk-shared-123456", "create_default_provider": false,
+                    "configurations": {"custom_host": mock.base_url()}}),
+        ),
+    )
+    .await;
+    let limit = 4;
+    admin(
+        &client,
+        &a,
+        Method::PUT,
+        "/v1/integrations/shared/workspaces",
+        Some(json!({"workspaces": [{"id": ws, "enabled": true,
+            "rate_limits": [{"type": "requests", "unit": "rpm", "value": limit}]}]})),
+    )
+    .await;
+    for slug in ["shared-one", "shared-two"] {
+        admin(
+            &client,
+            &a,
+            Method::POST,
+            "/v1/providers",
+            Some(
+                json!({"name": slug, "slug": slug, "integration_id": "shared",
+                        "workspace_id": ws}),
+            ),
+        )
+        .await;
+    }
+    let created = admin(
+        &client,
+        &a,
+        Method::POST,
+        "/v1/api-keys/workspace/service",
+        Some(json!({"name": "k", "workspace_id": ws, "scopes": ["completions.write"]})),
+    )
+    .await;
+    let key = created["key"].as_str().unwrap().to_owned();
+    let through = |gw: &RunningGateway, slug: &str| {
+        client
+            .post(format!("{}/v1/chat/completions", gw.url()))
+            .header("x-gw-api-key", &key)
+            .header("x-gw-provider", format!("@{slug}"))
+            .json(&hello("x"))
+            .send()
+    };
+    assert_eq!(through(&a, "shared-one").await.unwrap().status(), 200);
+    // B learns of the key and the providers from the change log: each call until then is a
+    // 401 or 400; the first that passes is the second counted.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = through(&b, "shared-two").await.unwrap().status().as_u16();
+        if status == 200 {
+            break;
+        }
+        assert!(
+            [400, 401].contains(&status) && tokio::time::Instant::now() < deadline,
+            "B answered {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Ten at once over both instances and both providers: exactly the two left pass.
+    let sends = (0..10).map(|i| {
+        let gw = if i % 2 == 0 { &a } else { &b };
+        let slug = if i % 3 == 0 {
+            "shared-one"
+        } else {
+            "shared-two"
+        };
+        async move { through(gw, slug).await.unwrap().status().as_u16() }
+    });
+    let statuses = join_all(sends).await;
+    let passed = statuses.iter().filter(|s| **s == 200).count();
+    assert!(
+        statuses.iter().all(|s| *s == 200 || *s == 429),
+        "{statuses:?}"
+    );
+    assert_eq!(passed, limit - 2, "{statuses:?}");
 }
