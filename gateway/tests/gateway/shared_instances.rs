@@ -51,6 +51,25 @@ pub(crate) async fn fresh_schema(server: &str, name: &str) -> String {
     format!("{server}{sep}options=-c%20search_path%3D{schema}")
 }
 
+/// For the test named `test`: a fresh schema `name` on `GW_TEST_POSTGRES_URL`'s server (its URL)
+/// and `GW_TEST_REDIS_URL`; `None`, said on stderr, when either variable is unset.
+async fn shared_services(test: &str, name: &str) -> Option<(String, String)> {
+    let (Some(pg), Some(redis_url)) = (
+        service("GW_TEST_POSTGRES_URL"),
+        service("GW_TEST_REDIS_URL"),
+    ) else {
+        eprintln!("{test}: skipped (GW_TEST_POSTGRES_URL and GW_TEST_REDIS_URL are needed)");
+        return None;
+    };
+    Some((fresh_schema(&pg, name).await, redis_url))
+}
+
+/// The id of the first workspace `gw`'s control plane lists (the bootstrap's default).
+async fn first_workspace(client: &reqwest::Client, gw: &RunningGateway) -> String {
+    let workspaces = admin(client, gw, Method::GET, "/v1/admin/workspaces", None).await;
+    workspaces["data"][0]["id"].as_str().unwrap().to_owned()
+}
+
 async fn instance(database_url: &str, redis_url: &str, mock: &MockProvider) -> RunningGateway {
     instance_with(database_url, redis_url, mock, "").await
 }
@@ -131,21 +150,17 @@ async fn known_to(client: &reqwest::Client, gw: &RunningGateway, key: &str, body
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_hold_one_limit_and_one_budget() {
-    let (Some(pg), Some(redis_url)) = (
-        service("GW_TEST_POSTGRES_URL"),
-        service("GW_TEST_REDIS_URL"),
-    ) else {
-        eprintln!("two_instances_hold_one_limit_and_one_budget: skipped (GW_TEST_POSTGRES_URL and GW_TEST_REDIS_URL are needed)");
+    let Some((database_url, redis_url)) =
+        shared_services("two_instances_hold_one_limit_and_one_budget", "shared").await
+    else {
         return;
     };
-    let database_url = fresh_schema(&pg, "shared").await;
     let mock = MockProvider::start().await;
     let a = instance(&database_url, &redis_url, &mock).await;
     let b = instance(&database_url, &redis_url, &mock).await;
     let client = reqwest::Client::new();
 
-    let workspaces = admin(&client, &a, Method::GET, "/v1/admin/workspaces", None).await;
-    let ws = workspaces["data"][0]["id"].as_str().unwrap().to_owned();
+    let ws = first_workspace(&client, &a).await;
 
     // One rate limit of 10 requests a minute, made through instance A.
     let limit = 10;
@@ -358,14 +373,11 @@ async fn mixed(client: &reqwest::Client, gw: &RunningGateway, key: &str, kind: u
 /// and a budget is overspent by at most one request's estimate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_instances_hold_limits_under_mixed_load() {
-    let (Some(pg), Some(redis_url)) = (
-        service("GW_TEST_POSTGRES_URL"),
-        service("GW_TEST_REDIS_URL"),
-    ) else {
-        eprintln!("three_instances_hold_limits_under_mixed_load: skipped (GW_TEST_POSTGRES_URL and GW_TEST_REDIS_URL are needed)");
+    let Some((database_url, redis_url)) =
+        shared_services("three_instances_hold_limits_under_mixed_load", "three").await
+    else {
         return;
     };
-    let database_url = fresh_schema(&pg, "three").await;
     let mock = MockProvider::start().await;
     // A passthrough POST reserves 8 completion tokens here (not 1024), so that one request's
     // estimate, the most a budget may be overspent by, is small.
@@ -375,8 +387,7 @@ async fn three_instances_hold_limits_under_mixed_load() {
         gws.push(instance_with(&database_url, &redis_url, &mock, pipeline).await);
     }
     let client = reqwest::Client::new();
-    let workspaces = admin(&client, &gws[0], Method::GET, "/v1/admin/workspaces", None).await;
-    let ws = workspaces["data"][0]["id"].as_str().unwrap().to_owned();
+    let ws = first_workspace(&client, &gws[0]).await;
     let make_key = |limits: Value| {
         let mut body =
             json!({"name": "mixed", "workspace_id": ws, "scopes": ["completions.write"]});
@@ -476,20 +487,19 @@ async fn three_instances_hold_limits_under_mixed_load() {
 /// as one, over both of the integration's providers there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_hold_an_integrations_limit_over_its_providers() {
-    let (Some(pg), Some(redis_url)) = (
-        service("GW_TEST_POSTGRES_URL"),
-        service("GW_TEST_REDIS_URL"),
-    ) else {
-        eprintln!("two_instances_hold_an_integrations_limit_over_its_providers: skipped (GW_TEST_POSTGRES_URL and GW_TEST_REDIS_URL are needed)");
+    let Some((database_url, redis_url)) = shared_services(
+        "two_instances_hold_an_integrations_limit_over_its_providers",
+        "integration",
+    )
+    .await
+    else {
         return;
     };
-    let database_url = fresh_schema(&pg, "integration").await;
     let mock = MockProvider::start().await;
     let a = instance(&database_url, &redis_url, &mock).await;
     let b = instance(&database_url, &redis_url, &mock).await;
     let client = reqwest::Client::new();
-    let workspaces = admin(&client, &a, Method::GET, "/v1/admin/workspaces", None).await;
-    let ws = workspaces["data"][0]["id"].as_str().unwrap().to_owned();
+    let ws = first_workspace(&client, &a).await;
     admin(
         &client,
         &a,
